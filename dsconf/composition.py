@@ -1,0 +1,94 @@
+"""Compose dsconf's base config (or a user's primary config) with overrides, outside of ``@hydra.main``.
+
+Every mistake Hydra or OmegaConf detects while composing becomes a ``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, List, Optional
+
+from dsconf.errors import ConfigError, Problem, did_you_mean
+from dsconf.groups import BASE_CONFIG_NAME, group_options, register
+
+
+def compose(overrides: Iterable[str] = (), *, world_size: Optional[int] = None,
+            deepspeed_version: Optional[str] = None, config_dir: Optional[str] = None,
+            config_name: str = BASE_CONFIG_NAME) -> dict:
+    """Compose with ``overrides`` and export: the plain DeepSpeed dict, or ``ConfigError``."""
+    from dsconf.export import to_deepspeed
+
+    cfg = compose_config(overrides, config_dir=config_dir, config_name=config_name)
+    return to_deepspeed(cfg, world_size=world_size, deepspeed_version=deepspeed_version)
+
+
+def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] = None,
+                   config_name: str = BASE_CONFIG_NAME) -> Any:
+    """The composed DictConfig (not yet validated) for dsconf's base config or a user's config dir."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register()
+    overrides = list(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        context = (initialize_config_dir(config_dir=config_dir, version_base=None) if config_dir
+                   else initialize(version_base=None, config_path=None))
+        with context:
+            return hydra_compose(config_name=config_name, overrides=overrides)
+    except Exception as err:  # Hydra and OmegaConf raise many types; all of them are config mistakes here
+        raise hydra_error_to_config_error(err) from None
+
+
+_FULL_KEY = re.compile(r"full_key: (\S+)")
+_MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
+_OVERRIDE_KEY = re.compile(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'")
+
+
+def hydra_error_to_config_error(err: BaseException) -> ConfigError:
+    """One clear problem for an error Hydra or OmegaConf raised while composing."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    chain: List[BaseException] = []
+    cause: Optional[BaseException] = err
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    text = "\n".join(str(e) for e in chain)
+
+    missing = _MISSING_OPTION.search(text)
+    if missing:
+        group, option = missing.groups()
+        options = group_options().get(group) or _available_options(text)
+        return ConfigError(Problem(group, f"unknown option {option!r}", did_you_mean(option, options)
+                                   if options else ""))
+    omega = next((e for e in chain if isinstance(e, OmegaConfBaseException)), None)
+    key_match = _FULL_KEY.search(text) or _OVERRIDE_KEY.search(text)
+    path = (getattr(omega, "full_key", None) or (key_match.group(1) if key_match else "")) if omega else (
+        key_match.group(1) if key_match else "")
+    message = _first_line(str(omega) if omega is not None else str(err))
+    hint = ""
+    if omega is not None and re.search(r"Key '[^']+' (is )?not in", str(omega)):
+        message, hint = "unknown key", _key_hint(path)
+    return ConfigError(Problem(path or "overrides", message, hint))
+
+
+def _key_hint(path: str) -> str:
+    from dsconf.schema.introspect import fields_of, model_at
+
+    parent, _, key = path.rpartition(".")
+    model = model_at(parent)
+    return did_you_mean(key, fields_of(model)) if model is not None else ""
+
+
+def _available_options(text: str) -> List[str]:
+    match = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)*)", text)
+    return [line.strip() for line in match.group(1).splitlines() if line.strip()] if match else []
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return text

@@ -1,0 +1,71 @@
+"""The one exception type users see for a config mistake, and the problems it carries."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One mistake in a config: where it is, what is wrong, and what would be valid."""
+
+    path: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class ConfigError(ValueError):
+    """A config mistake; ``problems`` lists every problem found, each with its dotted path."""
+
+    def __init__(self, problems: Sequence[Problem] | Problem | str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem("", problems)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems: list[Problem] = list(problems)
+        super().__init__(self.render())
+
+    @property
+    def paths(self) -> list[str]:
+        return [p.path for p in self.problems]
+
+    def render(self) -> str:
+        if len(self.problems) == 1:
+            return f"invalid DeepSpeed config: {self.problems[0]}"
+        lines = [f"invalid DeepSpeed config ({len(self.problems)} problems):"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """A 'did you mean ...?' hint naming the closest candidates, or listing the valid ones."""
+    pool = sorted({str(c) for c in candidates})
+    close = difflib.get_close_matches(word, pool, n=3, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in pool}
+        if word.lower() in lowered:
+            close = [lowered[word.lower()]]
+    if close:
+        return "did you mean " + " or ".join(repr(c) for c in close) + "?"
+    if len(pool) <= 12:
+        return "valid: " + ", ".join(pool)
+    return ""
+
+
+def join_path(*parts: object) -> str:
+    """Dotted path from parts, skipping empty ones; list indices as [i]."""
+    out = ""
+    for part in parts:
+        if part is None or part == "":
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out = f"{out}.{part}" if out else str(part)
+    return out

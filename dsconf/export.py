@@ -1,0 +1,121 @@
+"""Export: a composed config node becomes the plain dict DeepSpeed expects, or a ConfigError.
+
+``build_deepspeed_dict`` is the pure core (plain dict in, plain dict out); ``to_deepspeed`` reads a
+Hydra/OmegaConf node, finds the world size and the target version, and calls it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional
+
+from dsconf.batch import BATCH_KEYS, derive_batch
+from dsconf.errors import ConfigError, Problem, join_path
+from dsconf.resolvers import given_batch_value
+from dsconf.schema.deepspeed import DeepSpeedConfig
+from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
+from dsconf.validation import check_model, check_rules, translate_legacy
+from dsconf.versions import known_in, target_version
+from dsconf.world import data_parallel_size
+
+PREFIX = "deepspeed"
+
+
+def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_version: Optional[str] = None) -> dict:
+    """The validated, plain, JSON-serialisable DeepSpeed dict for a composed config.
+
+    ``cfg`` is dsconf's composed config (with ``deepspeed`` and ``dist``). The data-parallel size comes from
+    ``world_size`` (total ranks) if given, else the environment of a running distributed job, else ``cfg.dist``.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.create(cfg)
+    if "deepspeed" not in cfg:
+        raise ConfigError(Problem(PREFIX, "the config has no 'deepspeed' node",
+                                  "list dsconf's base config in the defaults: defaults: [dsconf, _self_]"))
+    problems: List[Problem] = []
+    raw = plain_deepspeed_node(cfg.deepspeed, problems)
+    dist = OmegaConf.to_container(cfg.dist, resolve=True) if "dist" in cfg else None
+    try:
+        ws = data_parallel_size(dist, world_size=world_size)
+    except ConfigError as err:
+        problems.extend(err.problems)
+        ws = None
+    target = target_version(deepspeed_version or cfg.get("deepspeed_version"))
+    return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems)
+
+
+def plain_deepspeed_node(node: Any, problems: List[Problem]) -> Dict[str, Any]:
+    """The node as plain containers; batch keys hold the user's value, or None when they are to be derived."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    out: Dict[str, Any] = {}
+    for key in node.keys():
+        try:
+            if key in BATCH_KEYS:
+                raw = given_batch_value(node._get_node(key)._value())
+                out[key] = None if raw is None else node[key]
+            else:
+                child = node._get_node(key)
+                value = OmegaConf.to_container(child, resolve=True) if OmegaConf.is_config(child) else node[key]
+                out[key] = value
+        except OmegaConfBaseException as err:
+            problems.append(Problem(join_path(PREFIX, key), str(err).splitlines()[0]))
+    return out
+
+
+def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], target: str,
+                         problems: Optional[List[Problem]] = None) -> dict:
+    """Validate a plain DeepSpeed dict (dsconf's schema vocabulary) and return what DeepSpeed should get."""
+    problems = list(problems or [])
+    ds = copy.deepcopy(dict(ds))
+    batch = {key: ds.pop(key, None) for key in BATCH_KEYS}
+    batch = {key: given_batch_value(value) for key, value in batch.items()}
+    for key, value in batch.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            problems.append(Problem(f"{PREFIX}.{key}", f"expected a positive integer or 'auto', got {value!r}"))
+    check_model(ds, DeepSpeedConfig, PREFIX, target, problems)
+    problems.extend(translate_legacy(ds, PREFIX))
+    if not problems:
+        problems.extend(check_rules(ds))
+    triple = None
+    if world_size is not None and not any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS} for p in problems):
+        try:
+            triple = derive_batch(*(batch[k] for k in BATCH_KEYS), world_size, prefix=PREFIX)
+        except ConfigError as err:
+            problems.extend(err.problems)
+    if problems:
+        raise ConfigError(problems)
+    assert triple is not None
+    out = {**triple.as_dict(), **_prune(ds, DeepSpeedConfig, target)}
+    zero = out.get("zero_optimization")
+    if isinstance(zero, dict) and "overlap_comm" not in zero:
+        # DeepSpeed's dynamic default, written out so the exported value is the one that runs.
+        zero["overlap_comm"] = zero.get("stage", 0) == 3
+    return out
+
+
+def _prune(value: Any, cls: Optional[type], target: str) -> Any:
+    """Drop nulls, and keys the target version does not know that still hold their default."""
+    if isinstance(value, dict):
+        fields = fields_of(cls) if cls is not None and dataclasses.is_dataclass(cls) else {}
+        out = {}
+        for key, item in value.items():
+            if item is None:
+                continue
+            sub_cls = None
+            if key in fields:
+                tp, field = fields[key]
+                meta = field.metadata
+                if not known_in(target, meta.get("since"), meta.get("until")) and item == default_of(field):
+                    continue
+                inner, _ = unwrap_optional(tp)
+                sub_cls = inner if dataclasses.is_dataclass(inner) else None
+            out[key] = _prune(item, sub_cls, target)
+        return out
+    if isinstance(value, list):
+        return [_prune(v, None, target) for v in value]
+    return value

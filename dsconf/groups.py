@@ -1,0 +1,112 @@
+"""dsconf's config groups in Hydra's ConfigStore: the base config ``dsconf`` and every group option.
+
+Groups are top-level (``zero=stage2``), each packaged into the ``deepspeed`` node it configures.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from dsconf.schema.activation_checkpointing import ActivationCheckpointingConfig
+from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig, optimizer_preset
+from dsconf.schema.root import DsconfConfig
+from dsconf.schema.scheduler import scheduler_preset
+from dsconf.schema.sparse_attention import SPARSITY_MODES
+
+BASE_CONFIG_NAME = "dsconf"
+
+PRECISION: Dict[str, Dict[str, Any]] = {
+    "fp32": {},
+    "fp16": {"fp16": {"enabled": True}},
+    "bf16": {"bf16": {"enabled": True}},
+    "amp": {"amp": {"enabled": True, "opt_level": "O1"}},
+    "torch_autocast": {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}},
+}
+
+_CPU_OPTIMIZER = {"offload_optimizer": {"device": "cpu", "pin_memory": True}}
+ZERO: Dict[str, Dict[str, Any]] = {
+    "stage0": {"stage": 0},
+    "stage1": {"stage": 1},
+    "stage2": {"stage": 2},
+    "stage3": {"stage": 3},
+    "stage1_offload": {"stage": 1, **_CPU_OPTIMIZER},
+    "stage2_offload": {"stage": 2, **_CPU_OPTIMIZER},
+    "stage3_offload": {"stage": 3, **_CPU_OPTIMIZER, "offload_param": {"device": "cpu", "pin_memory": True}},
+    "stage3_offload_optimizer": {"stage": 3, **_CPU_OPTIMIZER},
+}
+
+# Option name -> optimizer type; the params model comes from the optimizer schema.
+OPTIMIZER_OPTIONS = {
+    "adam": "Adam", "adamw": "AdamW", "lamb": "Lamb", "onebitadam": "OneBitAdam", "onebitlamb": "OneBitLamb",
+    "zerooneadam": "ZeroOneAdam", "lion": "Lion", "adagrad": "Adagrad", "sgd": "SGD",
+}
+
+SCHEDULER_OPTIONS = {
+    "warmup": "WarmupLR", "warmup_decay": "WarmupDecayLR", "warmup_cosine": "WarmupCosineLR",
+    "one_cycle": "OneCycle", "lr_range_test": "LRRangeTest",
+}
+
+ACTIVATION_CHECKPOINTING: Dict[str, Any] = {
+    "default": ActivationCheckpointingConfig(),
+    "partitioned": ActivationCheckpointingConfig(partition_activations=True, contiguous_memory_optimization=True),
+    "cpu": ActivationCheckpointingConfig(partition_activations=True, contiguous_memory_optimization=True,
+                                         cpu_checkpointing=True),
+    "profile": ActivationCheckpointingConfig(profile=True),
+}
+
+_registered = False
+
+
+def group_options() -> Dict[str, list]:
+    """Every group and its options, in the order users see them."""
+    return {
+        "precision": list(PRECISION),
+        "zero": list(ZERO),
+        "optimizer": ["none", *OPTIMIZER_OPTIONS, "torch"],
+        "scheduler": ["none", *SCHEDULER_OPTIONS],
+        "sparse_attention": ["none", *SPARSITY_MODES],
+        "activation_checkpointing": ["none", *ACTIVATION_CHECKPOINTING],
+    }
+
+
+def register() -> None:
+    """Store the base config and all group options in Hydra's ConfigStore (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    from dsconf import resolvers
+
+    resolvers.register()
+    cs = ConfigStore.instance()
+    cs.store(name=BASE_CONFIG_NAME, node=DsconfConfig, provider="dsconf")
+
+    def store(group: str, name: str, node: Any, package: str = "deepspeed") -> None:
+        cs.store(group=group, name=name, node=node, package=package, provider="dsconf")
+
+    for name, node in PRECISION.items():
+        store("precision", name, node)
+    for name, node in ZERO.items():
+        store("zero", name, node, package="deepspeed.zero_optimization")
+
+    store("optimizer", "none", {"optimizer": None})
+    # Any other torch.optim class: set its type, add its params with '+deepspeed.optimizer.params.<name>=...'.
+    store("optimizer", "torch", {"optimizer": OptimizerConfig(type="???", params={})})
+    for name, type_name in OPTIMIZER_OPTIONS.items():
+        spec = DEEPSPEED_OPTIMIZERS.get(type_name.lower())
+        params = spec.params if spec else TORCH_OPTIMIZER_PARAMS[type_name]
+        store("optimizer", name, {"optimizer": optimizer_preset(type_name, params)})
+
+    store("scheduler", "none", {"scheduler": None})
+    for name, type_name in SCHEDULER_OPTIONS.items():
+        store("scheduler", name, {"scheduler": scheduler_preset(type_name)})
+
+    store("sparse_attention", "none", {"sparse_attention": None})
+    for mode, cls in SPARSITY_MODES.items():
+        store("sparse_attention", mode, {"sparse_attention": cls()})
+
+    store("activation_checkpointing", "none", {"activation_checkpointing": None})
+    for name, node in ACTIVATION_CHECKPOINTING.items():
+        store("activation_checkpointing", name, {"activation_checkpointing": node})
+    _registered = True

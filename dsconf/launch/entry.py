@@ -1,0 +1,140 @@
+"""``@dsconf.main``: ``@hydra.main`` whose task runs as a torch distributed job.
+
+::
+
+    @dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+    def train(cfg):
+        engine, *_ = deepspeed.initialize(model=..., config=dsconf.launch.context.deepspeed_config())
+
+``python train.py dist.nproc_per_node=2`` composes and validates the config once, then starts 2 ranks
+through torch elastic (``dsconf.launch.core.launch``) and waits for them. The same script runs *in place*
+(no relaunch) when the process already is a rank of a distributed job:
+
+- under ``torchrun`` (or any launcher that sets RANK and WORLD_SIZE);
+- under SLURM with one task per rank (``srun``/Hydra's submitit launcher with ``tasks_per_node=N``): the
+  torch variables are exported from SLURM's with ``submitit.helpers.TorchDistributedEnvironment``.
+
+In both cases the world size comes from the environment (``dsconf.world.env_world_size``).
+
+Errors of a single run end the process without a traceback from dsconf's own frames: a config mistake
+prints its problems (exit 2), a failed rank prints that rank's error (exit 1), an interrupt exits 130.
+In a sweep (``-m``) they are raised instead, so the job is reported FAILED and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from dsconf.errors import ConfigError
+from dsconf.launch import context
+
+_UNSPECIFIED_: Any = object()
+DSCONF_TASK_ATTR = "__dsconf_task__"  # the user's function behind a @dsconf.main wrapper
+
+
+def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] = None,
+         version_base: Optional[str] = _UNSPECIFIED_) -> Callable[[Callable[[Any], Any]], Any]:
+    """Same signature and CLI as ``hydra.main``; the decorated task runs on every rank of a distributed job."""
+    import hydra
+
+    _register_groups()
+    kwargs: dict[str, Any] = {"config_name": config_name}
+    if config_path is not _UNSPECIFIED_:
+        kwargs["config_path"] = config_path
+    if version_base is not _UNSPECIFIED_:
+        kwargs["version_base"] = version_base
+    hydra_main = hydra.main(**kwargs)
+
+    def decorator(task_fn: Callable[[Any], Any]) -> Any:
+        @functools.wraps(task_fn)
+        def job(cfg: Any) -> Any:
+            return run_task(task_fn, cfg)
+
+        setattr(job, DSCONF_TASK_ATTR, task_fn)
+        return hydra_main(job)
+
+    return decorator
+
+
+def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
+    """Run ``task_fn(cfg)`` in place if this process is already a rank, else as a new distributed job."""
+    from dsconf.launch.core import JobFailed, JobInterrupted, launch
+
+    single_run = not _in_multirun()
+    try:
+        if in_distributed_env():
+            return run_in_place(task_fn, cfg)
+        return launch(task_fn, cfg)
+    except ConfigError as err:
+        if single_run:
+            _exit(str(err), 2)
+        raise
+    except JobInterrupted as err:
+        if single_run:
+            _exit(err.headline, 130)
+        raise
+    except JobFailed as err:
+        if single_run:
+            _exit(f"job failed: {err}", 1)
+        raise
+
+
+def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
+    """True inside a rank of a running job: torchrun-style variables, or a multi-task SLURM/submitit job."""
+    env = os.environ if environ is None else environ
+    if env.get("RANK") and env.get("WORLD_SIZE"):
+        return True
+    if env.get("SLURM_PROCID") and int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        return True
+    return int(env.get("SUBMITIT_LOCAL_NTASKS", "1") or 1) > 1 and bool(env.get("SUBMITIT_LOCAL_GLOBALID"))
+
+
+def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
+    """This process is one rank: export torch's variables if a scheduler started it, then run the task."""
+    from dsconf.launch.core import _hydra_output_dir, export_deepspeed
+    from dsconf.world import env_world_size
+
+    if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
+        export_scheduler_env()
+    job_dir = os.path.abspath(_hydra_output_dir() or os.getcwd())
+    world_size = env_world_size() or 1
+    write_dir = job_dir if context.rank() == 0 else None  # ds_config.json once per job, by rank 0
+    deepspeed, _ = export_deepspeed(cfg, world_size, write_dir)
+    ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
+    context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
+    return task_fn(cfg)
+
+
+def export_scheduler_env() -> None:
+    """RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from SLURM's (or submitit-local's) variables."""
+    try:
+        from submitit.helpers import TorchDistributedEnvironment
+    except ImportError:
+        raise ConfigError("running as one SLURM task per rank needs submitit (pip install submitit)") from None
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    # pin one GPU per task only when the task sees several (SLURM may already bind one per task)
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=len(visible) > 1)
+
+
+def _in_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _exit(message: str, code: int) -> None:
+    sys.stdout.flush()
+    print(f"dsconf: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)
+
+
+def _register_groups() -> None:
+    try:
+        from dsconf import groups
+    except ImportError:  # dsconf.groups is being written; until then only user configs are available
+        return
+    groups.register()

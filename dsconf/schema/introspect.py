@@ -1,0 +1,95 @@
+"""Reading the schema: resolved field types, descriptions, and the model that describes a dotted path."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from functools import cache
+from typing import Any, Dict, Optional, Tuple
+
+from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig
+from dsconf.schema.root import DsconfConfig
+from dsconf.schema.scheduler import SCHEDULERS, SchedulerConfig
+from dsconf.schema.sparse_attention import SPARSITY_MODES
+
+
+@cache
+def fields_of(cls: type) -> Dict[str, Tuple[Any, dataclasses.Field]]:
+    """name -> (resolved type, Field) for a schema dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], f) for f in dataclasses.fields(cls) if f.name != "defaults"}
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
+    """(inner type, whether None is allowed)."""
+    if typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def optimizer_params_model(type_name: str) -> Optional[type]:
+    spec = DEEPSPEED_OPTIMIZERS.get(str(type_name).lower())
+    if spec is not None:
+        return spec.params
+    return TORCH_OPTIMIZER_PARAMS.get(str(type_name))
+
+
+def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
+    """The model for a field typed ``Any`` whose shape depends on its value (optimizer, scheduler, ...)."""
+    from dsconf.schema.deepspeed import DeepSpeedConfig
+
+    if owner is DeepSpeedConfig and name == "optimizer":
+        return OptimizerConfig
+    if owner is DeepSpeedConfig and name == "scheduler":
+        return SchedulerConfig
+    if owner is DeepSpeedConfig and name == "sparse_attention":
+        mode = value.get("mode", "fixed") if isinstance(value, dict) else "fixed"
+        return SPARSITY_MODES.get(mode)
+    if owner is OptimizerConfig and name == "params":
+        return optimizer_params_model(value.get("type") if isinstance(value, dict) else "")
+    if owner is SchedulerConfig and name == "params":
+        return SCHEDULERS.get(value.get("type") if isinstance(value, dict) else "")
+    return None
+
+
+def model_at(path: str, root: type = DsconfConfig) -> Optional[type]:
+    """The schema model describing the node at a dotted path (None where it is free-form)."""
+    cls: Optional[type] = root
+    for part in [p for p in path.split(".") if p]:
+        if cls is None or part not in fields_of(cls):
+            return None
+        tp, _ = unwrap_optional(fields_of(cls)[part][0])
+        if dataclasses.is_dataclass(tp):
+            cls = tp
+        else:
+            cls = dynamic_model(cls, part, {})
+    return cls
+
+
+def describe(path: str = "", root: type = DsconfConfig) -> Dict[str, str]:
+    """key -> 'type = default  # description' for every field of the model at ``path``."""
+    cls = model_at(path, root)
+    if cls is None:
+        return {}
+    out = {}
+    for name, (tp, field) in fields_of(cls).items():
+        default = default_of(field)
+        shown = "(section)" if dataclasses.is_dataclass(default) else repr(default)
+        out[name] = f"{type_name(tp)} = {shown}  # {field.metadata.get('help', '')}"
+    return out
+
+
+def type_name(tp: Any) -> str:
+    inner, optional = unwrap_optional(tp)
+    name = getattr(inner, "__name__", None) or str(inner).replace("typing.", "")
+    return f"{name} | null" if optional else name

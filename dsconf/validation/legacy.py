@@ -1,0 +1,76 @@
+"""Legacy spellings DeepSpeed still reads, translated to their modern form with one warning each.
+
+A legacy key given together with its replacement is a conflict, as it is for DeepSpeed.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List
+
+from dsconf.errors import Problem
+
+
+class LegacyKeyWarning(UserWarning):
+    """A deprecated DeepSpeed key was translated to its modern form."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, LegacyKeyWarning, stacklevel=4)
+
+
+def _offload_set(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("device", "none") != "none"
+
+
+def translate_legacy(ds: Dict[str, Any], prefix: str = "deepspeed") -> List[Problem]:
+    """Rewrite legacy keys of ``ds`` in place; return conflicts."""
+    problems: List[Problem] = []
+    zero = ds.get("zero_optimization")
+    if isinstance(zero, dict):
+        for old, new in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_param")):
+            value = zero.pop(old, None)
+            if value is None:
+                continue
+            path = f"{prefix}.zero_optimization.{old}"
+            if _offload_set(zero.get(new)):
+                problems.append(Problem(path, f"deprecated key given together with its replacement {new}",
+                                        f"remove {old} and keep {new}"))
+            elif value:
+                zero[new] = {**(zero.get(new) or {}), "device": "cpu"}
+                _warn(f"{path}=true is deprecated; translated to {prefix}.zero_optimization.{new}.device=cpu")
+            else:
+                _warn(f"{path}=false is deprecated and has no effect; dropped")
+        pin = zero.pop("cpu_offload_use_pin_memory", None)
+        if pin is not None:
+            blocks = [k for k in ("offload_optimizer", "offload_param") if _offload_set(zero.get(k))]
+            for key in blocks:
+                zero[key]["pin_memory"] = bool(pin)
+            target = ", ".join(f"{key}.pin_memory" for key in blocks) or "nothing (no offload is enabled)"
+            _warn(f"{prefix}.zero_optimization.cpu_offload_use_pin_memory is deprecated; applied to {target}")
+
+    fp32_allreduce = ds.pop("fp32_allreduce", None)
+    if fp32_allreduce is not None:
+        path = f"{prefix}.fp32_allreduce"
+        current = ds.get("communication_data_type")
+        if fp32_allreduce and current not in (None, "fp32"):
+            problems.append(Problem(path, f"conflicts with communication_data_type={current!r}",
+                                    "remove fp32_allreduce; communication_data_type replaces it"))
+        elif fp32_allreduce:
+            ds["communication_data_type"] = "fp32"
+            _warn(f"{path} is ignored by DeepSpeed since 0.5.8; translated to "
+                  f"{prefix}.communication_data_type=fp32")
+        else:
+            _warn(f"{path}=false is ignored by DeepSpeed since 0.5.8; dropped (fp32 all-reduce is not the default)")
+
+    bfloat16 = ds.pop("bfloat16", None)
+    if bfloat16 is not None:
+        path = f"{prefix}.bfloat16"
+        bf16 = ds.get("bf16") or {}
+        if any(bf16.get(k) != v for k, v in bfloat16.items()) and bf16.get("enabled"):
+            problems.append(Problem(path, "deprecated section given together with bf16",
+                                    "keep only bf16 (precision=bf16)"))
+        else:
+            ds["bf16"] = {**bf16, **bfloat16}
+            _warn(f"{path} is the deprecated name of bf16; translated to {prefix}.bf16")
+    return problems

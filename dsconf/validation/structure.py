@@ -1,0 +1,176 @@
+"""Checking a plain config dict against the schema: unknown keys, types, ranges, choices, required values,
+and keys the target DeepSpeed version does not know.
+
+Everything is read from the schema fields' metadata; no rule about a single key lives here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from typing import Any, List, Optional
+
+from dsconf.errors import Problem, did_you_mean, join_path
+from dsconf.schema.introspect import default_of, dynamic_model, fields_of, unwrap_optional
+from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, OptimizerConfig
+from dsconf.schema.scheduler import SchedulerConfig
+from dsconf.schema.sparse_attention import SPARSITY_MODES
+from dsconf.versions import at_least, known_in
+
+MISSING_VALUE = "???"
+
+
+def check_model(value: Any, cls: type, path: str, target: str, problems: List[Problem]) -> None:
+    """Append to ``problems`` everything in ``value`` (a dict) that ``cls`` does not allow."""
+    if not isinstance(value, dict):
+        problems.append(Problem(path, f"expected a section ({cls.__name__}), got {value!r}"))
+        return
+    fields = fields_of(cls)
+    for key in value:
+        if key not in fields:
+            problems.append(Problem(join_path(path, key), "unknown key", did_you_mean(str(key), fields)))
+    for name, (tp, field) in fields.items():
+        if name in value:
+            check_field(value[name], tp, field, cls, value, join_path(path, name), target, problems)
+
+
+def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str, target: str,
+                problems: List[Problem]) -> None:
+    meta = field.metadata
+    if isinstance(value, str) and value == MISSING_VALUE:
+        problems.append(Problem(path, "is required but has no value", f"set {path}=<value>"))
+        return
+    if not known_in(target, meta.get("since"), meta.get("until")) and value is not None \
+            and value != default_of(field):
+        if meta.get("since") and not at_least(target, meta["since"]):
+            problems.append(Problem(path, f"needs DeepSpeed >= {meta['since']} (target is {target})",
+                                    f"remove it or set deepspeed_version={meta['since']}"))
+        else:
+            instead = meta.get("instead") or "remove it"
+            problems.append(Problem(path, f"was removed in DeepSpeed {meta['until']} (target is {target})", instead))
+        return
+    inner, optional = unwrap_optional(tp)
+    if value is None:
+        if not optional and inner is not Any:
+            problems.append(Problem(path, "must not be null", f"expected {_type_label(inner)}"))
+        return
+    if inner is Any:
+        model = dynamic_model(owner, field.name, value if field.name != "params" else parent)
+        if model is not None:
+            check_dynamic(value, model, owner, field.name, parent, path, target, problems)
+        return
+    if dataclasses.is_dataclass(inner):
+        check_model(value, inner, path, target, problems)
+        return
+    if not _type_ok(value, inner):
+        problems.append(Problem(path, f"expected {_type_label(inner)}, got {value!r}"))
+        return
+    _check_constraints(value, meta, path, problems)
+
+
+def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict, path: str, target: str,
+                  problems: List[Problem]) -> None:
+    """Sections whose model depends on a value inside them: optimizer, scheduler, sparse_attention."""
+    if model is OptimizerConfig:
+        check_model(value, OptimizerConfig, path, target, problems)
+        check_optimizer_type(value, path, target, problems)
+    elif model is SchedulerConfig:
+        check_model(value, SchedulerConfig, path, target, problems)
+    elif model in SPARSITY_MODES.values():
+        mode = value.get("mode", "fixed") if isinstance(value, dict) else None
+        if mode not in SPARSITY_MODES:
+            problems.append(Problem(join_path(path, "mode"), f"unknown sparsity mode {mode!r}",
+                                    did_you_mean(str(mode), SPARSITY_MODES)))
+            return
+        check_model(value, model, path, target, problems)
+    else:
+        check_model(value, model, path, target, problems)
+
+
+def check_optimizer_type(value: dict, path: str, target: str, problems: List[Problem]) -> None:
+    type_name = value.get("type")
+    params = value.get("params") or {}
+    if isinstance(params, dict) and "max_grad_norm" in params:
+        problems.append(Problem(join_path(path, "params.max_grad_norm"), "DeepSpeed refuses max_grad_norm here",
+                                "use deepspeed.gradient_clipping instead"))
+    if not isinstance(type_name, str):
+        return
+    spec = DEEPSPEED_OPTIMIZERS.get(type_name.lower())
+    if spec is not None:
+        if not known_in(target, None, spec.until):
+            problems.append(Problem(join_path(path, "type"),
+                                    f"{spec.type} is not built into DeepSpeed {spec.until}+ (target is {target})",
+                                    "use Adam, AdamW or Lamb, or set deepspeed_version to an older release"))
+        return
+    if dynamic_model(OptimizerConfig, "params", value) is not None:
+        return  # a torch.optim class with a typed preset, checked by the schema walk
+    optimizer_class = _torch_optimizer(type_name)
+    if optimizer_class is None:
+        names = [s.type for s in DEEPSPEED_OPTIMIZERS.values()] + _torch_optimizer_names()
+        problems.append(Problem(join_path(path, "type"),
+                                f"unknown optimizer {type_name!r}: neither a DeepSpeed optimizer nor torch.optim."
+                                f"{type_name}", did_you_mean(type_name, names)))
+        return
+    if isinstance(params, dict):
+        accepted = [p for p in inspect.signature(optimizer_class).parameters if p not in ("self", "params")]
+        for key in params:
+            if key not in accepted and key != "max_grad_norm":
+                problems.append(Problem(join_path(path, "params", key),
+                                        f"torch.optim.{type_name} takes no argument {key!r}",
+                                        did_you_mean(str(key), accepted)))
+
+
+def _torch_optimizer(name: str) -> Optional[type]:
+    import torch.optim
+
+    candidate = getattr(torch.optim, name, None)
+    if inspect.isclass(candidate) and issubclass(candidate, torch.optim.Optimizer):
+        return candidate
+    return None
+
+
+def _torch_optimizer_names() -> List[str]:
+    import torch.optim
+
+    return [n for n, c in vars(torch.optim).items() if inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)]
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if origin in (list, List):
+        (item,) = typing.get_args(tp) or (Any,)
+        return isinstance(value, list) and all(_type_ok(v, item) for v in value)
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    return True
+
+
+def _type_label(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list, List):
+        (item,) = typing.get_args(tp) or (Any,)
+        return f"a list of {_type_label(item)}"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, getattr(tp, "__name__", str(tp)))
+
+
+def _check_constraints(value: Any, meta: typing.Mapping[str, Any], path: str, problems: List[Problem]) -> None:
+    choices = meta.get("choices")
+    if choices is not None:
+        probe = value.lower() if meta.get("case_insensitive") and isinstance(value, str) else value
+        if probe not in choices:
+            problems.append(Problem(path, f"{value!r} is not allowed",
+                                    "allowed: " + ", ".join(repr(c) for c in choices)))
+            return
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for bound, test, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
+                                  ("le", lambda v, b: v <= b, "<=")):
+            if bound in meta and not test(value, meta[bound]):
+                problems.append(Problem(path, f"{value!r} is out of range", f"must be {word} {meta[bound]}"))

@@ -1,0 +1,38 @@
+"""Shared test set-up: DeepSpeed on its CPU accelerator, and DeepSpeed's own parser as the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from deepspeed_oracle import parse  # noqa: E402
+
+ORACLE = Path(__file__).parent / "deepspeed_oracle.py"
+
+
+@pytest.fixture(scope="session")
+def deepspeed_parse():
+    """parse(config, world_size) with the installed DeepSpeed."""
+    return parse
+
+
+def ds0195_python() -> str:
+    """Interpreter of the second environment with DeepSpeed 0.19.5 (set up by scripts/setup.sh)."""
+    return os.environ.get("DSCONF_DS0195_PYTHON", "")
+
+
+def parse_with_other_deepspeed(python: str, cases: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Run the oracle under another interpreter; cases are {"config": ..., "world_size": ...}."""
+    proc = subprocess.run([python, str(ORACLE)], input=json.dumps(cases), capture_output=True, text=True,
+                          env={**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)

@@ -1,0 +1,126 @@
+"""Every precision x zero x optimizer x scheduler combination, exported for world sizes 1, 2 and 8 and fed to
+DeepSpeed's own parser: DeepSpeed accepts every config dsconf accepts, computes the same batch triple, and
+parses every exported key to the exported value. The same for DeepSpeed 0.19.5 when its environment exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import warnings
+from typing import Any, Dict, List, Tuple
+
+import pytest
+from conftest import ds0195_python, parse_with_other_deepspeed
+
+import dsconf
+from dsconf.groups import group_options
+
+WORLD_SIZES = (1, 2, 8)
+TARGETS = ("0.19.8", "0.19.5")
+REQUIRED = {
+    "warmup_decay": ["deepspeed.scheduler.params.total_num_steps=100"],
+    "warmup_cosine": ["deepspeed.scheduler.params.total_num_steps=100"],
+    "one_cycle": ["deepspeed.scheduler.params.cycle_min_lr=1e-4", "deepspeed.scheduler.params.cycle_max_lr=1e-3"],
+}
+# Why dsconf may refuse a combination: each is a rule DeepSpeed enforces (at parse or at initialize).
+EXPECTED_REFUSALS = (
+    "was removed in DeepSpeed 0.19.8",  # amp on a 0.19.8 target
+    "is not built into DeepSpeed 0.19.8",  # 1-bit optimizers on a 0.19.8 target
+    "is not compatible with ZeRO",  # amp or 1-bit optimizers with ZeRO
+    "ZeRO has not been tested with",  # untested optimizer with ZeRO
+)
+
+
+def combinations() -> List[Tuple[str, str, str, str]]:
+    groups = group_options()
+    optimizers = [o for o in groups["optimizer"] if o != "torch"]  # 'torch' needs a type: tested elsewhere
+    return list(itertools.product(groups["precision"], groups["zero"], optimizers, groups["scheduler"]))
+
+
+def export_combination(combo: Tuple[str, str, str, str]) -> List[Dict[str, Any]]:
+    precision, zero, optimizer, scheduler = combo
+    from dsconf.composition import compose_config
+    from dsconf.export import to_deepspeed
+
+    overrides = [f"precision={precision}", f"zero={zero}", f"optimizer={optimizer}", f"scheduler={scheduler}",
+                 "deepspeed.train_micro_batch_size_per_gpu=4", "deepspeed.gradient_accumulation_steps=2",
+                 *REQUIRED.get(scheduler, [])]
+    cfg = compose_config(overrides)
+    rows = []
+    for target in TARGETS:
+        for ws in WORLD_SIZES:
+            row = {"combo": combo, "target": target, "world_size": ws}
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    row["config"] = to_deepspeed(cfg, world_size=ws, deepspeed_version=target)
+            except dsconf.ConfigError as err:
+                row["error"] = str(err)
+            rows.append(row)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def exported() -> List[Dict[str, Any]]:
+    combos = combinations()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        chunks = pool.map(export_combination, combos, chunksize=20)
+    return [row for chunk in chunks for row in chunk]
+
+
+def test_every_combination_was_composed(exported):
+    assert len(exported) == len(combinations()) * len(TARGETS) * len(WORLD_SIZES)
+    accepted = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
+    # fp32/bf16/fp16/torch_autocast x 8 zero options x Adam-family optimizers must all be accepted.
+    assert len(accepted) > 1000
+    for row in accepted:
+        assert json.loads(json.dumps(row["config"])) == row["config"]  # plain JSON, no OmegaConf types
+
+
+def test_every_refusal_is_a_deepspeed_rule(exported):
+    refused = [r for r in exported if "error" in r]
+    assert refused, "the grid contains combinations DeepSpeed does not support"
+    for row in refused:
+        assert any(reason in row["error"] for reason in EXPECTED_REFUSALS), (row["combo"], row["error"])
+
+
+def _check_against(results: List[Dict[str, Any]], rows: List[Dict[str, Any]]) -> None:
+    failures = []
+    for row, result in zip(rows, results):
+        cfg = row["config"]
+        expected = [cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]]
+        if not result["ok"]:
+            failures.append((row["combo"], row["world_size"], result["error"]))
+        elif result["triple"] != expected or result["mismatches"]:
+            failures.append((row["combo"], row["world_size"], result["triple"], expected, result["mismatches"]))
+    assert not failures, failures[:10]
+
+
+def test_installed_deepspeed_accepts_what_dsconf_accepts(exported, deepspeed_parse):
+    import deepspeed
+
+    assert deepspeed.__version__.startswith("0.19.8")
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
+    results = [deepspeed_parse(r["config"], r["world_size"]) for r in rows]
+    _check_against(results, rows)
+
+
+def test_triple_follows_world_size(exported):
+    for row in exported:
+        if "config" in row:
+            cfg = row["config"]
+            assert cfg["train_micro_batch_size_per_gpu"] == 4 and cfg["gradient_accumulation_steps"] == 2
+            assert cfg["train_batch_size"] == 8 * row["world_size"]
+
+
+@pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
+def test_deepspeed_0195_accepts_what_dsconf_accepts_for_it(exported):
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.5"]
+    assert any("amp" in r["config"] for r in rows) and any(
+        r["config"].get("optimizer", {}).get("type") == "OneBitAdam" for r in rows)
+    out = parse_with_other_deepspeed(ds0195_python(), [{"config": r["config"], "world_size": r["world_size"]}
+                                                       for r in rows])
+    assert out["version"] == "0.19.5"
+    _check_against(out["results"], rows)
