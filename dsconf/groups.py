@@ -5,6 +5,7 @@ Groups are top-level (``zero=stage2``), each packaged into the ``deepspeed`` nod
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict
 
 from dsconf.schema.activation_checkpointing import ActivationCheckpointingConfig
@@ -80,7 +81,9 @@ def register() -> None:
 
     resolvers.register()
     cs = ConfigStore.instance()
-    cs.store(name=BASE_CONFIG_NAME, node=DsconfConfig, provider="dsconf")
+    # The root stays an untyped mapping so a user's primary config can add its own keys next to ours.
+    base = {f.name: getattr(DsconfConfig(), f.name) for f in dataclasses.fields(DsconfConfig)}
+    cs.store(name=BASE_CONFIG_NAME, node=base, provider="dsconf")
 
     def store(group: str, name: str, node: Any, package: str = "deepspeed") -> None:
         cs.store(group=group, name=name, node=node, package=package, provider="dsconf")

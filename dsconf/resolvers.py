@@ -36,3 +36,16 @@ def register() -> None:
 
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, _resolve_batch)
+
+
+def complete_batch(cfg: Any) -> Any:
+    """Make batch keys holding null or "auto" derive their value, so reading them gives the derived int."""
+    from dsconf.schema.deepspeed import DERIVE_BATCH
+
+    node = cfg.get("deepspeed") if hasattr(cfg, "get") else None
+    if node is None:
+        return cfg
+    for key in BATCH_KEYS:
+        if key in node and given_batch_value(node._get_node(key)._value()) is None:
+            node[key] = DERIVE_BATCH
+    return cfg

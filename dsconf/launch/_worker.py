@@ -3,7 +3,7 @@
 A rank never re-runs Hydra. It gets, from the process that composed and validated the job: the task
 function, the resolved config, the DeepSpeed dict, Hydra's singleton state (``HydraConfig``, the config
 store, registered resolvers) and the working dir. With the ``fork`` start method the payload object is
-inherited as is; with ``spawn``/``forkserver`` it travels as cloudpickle bytes, so closures, functions
+inherited as is; with ``spawn``/``forkserver`` it travels as a cloudpickle file, so closures, functions
 of ``__main__`` and resolvers registered at run time reach the ranks too.
 
 This module is imported by every rank: it imports only the standard library up front.
@@ -43,10 +43,14 @@ def dumps(obj: Any) -> bytes:
     return cloudpickle.dumps(obj)
 
 
-def run_rank(payload: RankPayload | bytes) -> bytes:
-    """Entry point of every rank started by dsconf; returns the task's return value, pickled."""
-    if isinstance(payload, (bytes, bytearray)):
-        payload = pickle.loads(payload)
+def run_rank(payload: RankPayload | str) -> bytes:
+    """Entry point of every rank started by dsconf; returns the task's return value, pickled.
+
+    ``payload`` is the object itself (fork) or the path of a file holding it, cloudpickled (spawn).
+    """
+    if isinstance(payload, str):
+        with open(payload, "rb") as fh:
+            payload = pickle.load(fh)
     _restore_hydra(payload.hydra_state)
     if payload.cwd and os.getcwd() != payload.cwd:
         os.chdir(payload.cwd)

@@ -30,6 +30,7 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -39,7 +40,7 @@ from typing import Any, Callable, Optional
 from dsconf.errors import ConfigError, Problem
 from dsconf.launch import context
 from dsconf.launch._worker import RankPayload, dumps, run_rank
-from dsconf.world import parse_nnodes, resolve_nproc_per_node
+from dsconf.world import parse_nnodes, resolve_nproc_per_node, visible_gpu_count
 
 log = logging.getLogger(__name__)
 
@@ -114,10 +115,12 @@ def plan_job(dist: Mapping[str, Any], *, job_num: Optional[int] = None) -> JobPl
     """Validate ``dist`` and choose the rendezvous; raises ``ConfigError`` naming the bad key."""
     nproc = resolve_nproc_per_node(dist.get("nproc_per_node", 1))
     min_nodes, max_nodes = parse_nnodes(dist.get("nnodes", 1))
-    start_method = str(dist.get("start_method") or "spawn")
+    start_method = str(dist.get("start_method") or "auto")
+    if start_method == "auto":  # fork is fast and safe without GPUs; spawn keeps CUDA out of the parent
+        start_method = "fork" if visible_gpu_count() == 0 else "spawn"
     if start_method not in START_METHODS:
         raise ConfigError(Problem("dist.start_method", f"{start_method!r} is not a start method",
-                                  "valid: " + ", ".join(START_METHODS)))
+                                  "valid: auto, " + ", ".join(START_METHODS)))
     timeout = dist.get("timeout")
     if timeout is not None and float(timeout) <= 0:
         raise ConfigError(Problem("dist.timeout", f"{timeout} is not > 0", "give seconds, or null for no limit"))
@@ -153,19 +156,26 @@ def launch(task_fn: Callable[[Any], Any], cfg: Any, *, dist: Optional[Mapping[st
     """
     plan = plan_job(dist if dist is not None else dist_settings(cfg), job_num=job_num)
     job_dir = os.path.abspath(job_dir or _hydra_output_dir() or os.getcwd())
+    deepspeed, ds_path = export_deepspeed(cfg, plan.world_size, job_dir)  # validates: ConfigError before any rank
     resolved = _resolved_copy(cfg)
-    deepspeed, ds_path = export_deepspeed(resolved, plan.world_size, job_dir)
     payload = RankPayload(task_fn=task_fn, cfg=resolved, cwd=os.getcwd(), job_dir=job_dir, deepspeed=deepspeed,
                           ds_config_path=ds_path, log_level=logging.getLogger().getEffectiveLevel())
+    log_dir = os.path.join(job_dir, "logs")
     if plan.start_method == "fork":
         # the agent must not initialise CUDA before forking ranks (torch.cuda.is_available() would)
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-        arg: Any = payload
+        results = _run_elastic(plan, payload, log_dir, tee=tee)
     else:
+        # ranks read the payload from a file: a large argument would make multiprocessing start them one by
+        # one (the parent blocks on the pipe until each child has imported its main module)
         payload.hydra_state = _hydra_state()
-        arg = dumps(payload)
-    log_dir = os.path.join(job_dir, "logs")
-    results = _run_elastic(plan, arg, log_dir, tee=tee)
+        fd, path = tempfile.mkstemp(prefix="dsconf-payload-", suffix=".pkl")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(dumps(payload))
+            results = _run_elastic(plan, path, log_dir, tee=tee)
+        finally:
+            os.remove(path)
     value = results.get(0)
     return pickle.loads(value) if value is not None else None
 

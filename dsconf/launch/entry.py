@@ -133,8 +133,6 @@ def _exit(message: str, code: int) -> None:
 
 
 def _register_groups() -> None:
-    try:
-        from dsconf import groups
-    except ImportError:  # dsconf.groups is being written; until then only user configs are available
-        return
+    from dsconf import groups
+
     groups.register()

@@ -29,7 +29,7 @@ class DeepSpeedConfig:
     gradient_allreduce_op: str = doc("mean", "How gradients are combined across ranks", choices=["mean", "sum"],
                                      case_insensitive=True, since="0.19.8")
     sparse_gradients: Optional[bool] = doc(None, "Sparse all-reduce of torch.nn.Embedding gradients", until="0.19.8",
-                                           instead="remove it: embeddings built with sparse=True are still reduced sparsely")
+                                           instead="remove it; sparse=True embeddings are still reduced sparsely")
     fp32_allreduce: Optional[bool] = doc(None, "Deprecated (ignored since DeepSpeed 0.5.8)",
                                          legacy="communication_data_type")
     fp16: FP16Config = doc(FP16Config(), "fp16 mixed precision with loss scaling")

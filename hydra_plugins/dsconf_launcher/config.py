@@ -3,12 +3,11 @@
 Imported by Hydra's plugin discovery: no torch here.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
+from dsconf import groups
 from dsconf.schema.dist import DistConfig
 
 
@@ -22,14 +21,11 @@ class DsconfLauncherConf:
     # print the summary table and write summary.md / summary.json to the sweep dir
     summary: bool = True
     # `dist` settings for task configs that have no `dist` node (a job's own cfg.dist wins)
-    dist: DistConfig = field(default_factory=DistConfig)
+    # (start_method auto: fork on hosts without GPUs, spawn otherwise)
+    dist: DistConfig = field(default_factory=lambda: DistConfig(start_method="auto"))
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="dsconf", node=DsconfLauncherConf, provider="dsconf")
 
-try:  # the dsconf config groups, so `python train.py zero=stage2 ...` composes without copying YAML
-    from dsconf import groups as _groups
-except ImportError:  # dsconf.groups not written yet
-    _groups = None
-if _groups is not None:
-    _groups.register()
+# the dsconf config groups, so `python train.py zero=stage2 ...` composes without copying YAML
+groups.register()

@@ -1,0 +1,38 @@
+"""`import dsconf` stays light: no torch, no deepspeed, not even Hydra's composition machinery."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def _imported_modules(statement: str) -> str:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True,
+                          check=True)
+    return proc.stderr
+
+
+def _top_level(importtime_output: str) -> set:
+    names = set()
+    for line in importtime_output.splitlines():
+        if "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip().split(".")[0])
+    return names
+
+
+def test_import_dsconf_imports_no_torch_or_deepspeed():
+    modules = _top_level(_imported_modules("import dsconf"))
+    assert "dsconf" in modules
+    assert not {"torch", "deepspeed", "hydra"} & modules
+
+
+def test_hydra_plugin_module_imports_no_torch():
+    modules = _top_level(_imported_modules("import hydra_plugins.dsconf_launcher.config"))
+    assert "hydra" in modules
+    assert not {"torch", "deepspeed"} & modules
+
+
+def test_composing_imports_no_torch():
+    modules = _top_level(_imported_modules(
+        "import dsconf; dsconf.compose(['zero=stage2', 'deepspeed.train_micro_batch_size_per_gpu=2'])"))
+    assert not {"torch", "deepspeed"} & modules

@@ -1,0 +1,44 @@
+"""World size: torchrun's nnodes/nproc_per_node syntax, the environment of a running job, parallel sizes."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsconf.errors import ConfigError
+from dsconf.world import data_parallel_size, dist_world_size, env_world_size, parse_nnodes, resolve_nproc_per_node
+
+
+def test_parse_nnodes():
+    assert parse_nnodes("2") == (2, 2) and parse_nnodes(3) == (3, 3) and parse_nnodes("1:4") == (1, 4)
+    for bad in ("0", "4:2", "two", "1:x"):
+        with pytest.raises(ConfigError, match="dist.nnodes"):
+            parse_nnodes(bad)
+
+
+def test_nproc_per_node(monkeypatch):
+    assert resolve_nproc_per_node(3) == 3 and resolve_nproc_per_node("4") == 4
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    assert resolve_nproc_per_node("auto") == 3 and resolve_nproc_per_node("gpu") == 3
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert resolve_nproc_per_node("auto") == 1
+    for bad in (0, "many", True):
+        with pytest.raises(ConfigError, match="dist.nproc_per_node"):
+            resolve_nproc_per_node(bad)
+
+
+def test_env_world_size():
+    assert env_world_size({}) is None
+    assert env_world_size({"WORLD_SIZE": "8"}) == 8
+    assert env_world_size({"SLURM_NTASKS": "16", "SLURM_PROCID": "3"}) == 16
+    assert env_world_size({"SLURM_NTASKS": "16"}) is None  # an allocation, not a task of a step
+
+
+def test_data_parallel_size():
+    dist = {"nproc_per_node": 4, "nnodes": "2", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+            "sequence_parallel_size": 1}
+    assert dist_world_size(dist) == 8
+    assert data_parallel_size(dist, environ={}) == 4
+    assert data_parallel_size(dist, world_size=16) == 8
+    assert data_parallel_size(dist, environ={"WORLD_SIZE": "4"}) == 2
+    with pytest.raises(ConfigError, match="not divisible"):
+        data_parallel_size({**dist, "tensor_parallel_size": 3}, environ={})
