@@ -27,7 +27,8 @@ def deepspeed_parse():
 
 def ds0195_python() -> str:
     """Interpreter of the second environment with DeepSpeed 0.19.5 (set up by scripts/setup.sh)."""
-    return os.environ.get("DSCONF_DS0195_PYTHON", "")
+    default = Path(__file__).resolve().parents[1] / ".venv-ds0195" / "bin" / "python"
+    return os.environ.get("DSCONF_DS0195_PYTHON") or (str(default) if default.exists() else "")
 
 
 def parse_with_other_deepspeed(python: str, cases: List[Dict[str, Any]]) -> Dict[str, Any]:

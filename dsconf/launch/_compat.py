@@ -71,8 +71,9 @@ if LogsSpecs is not None:
                 if self._tee & Std.ERR:
                     dest["tee_stderrs"][local_rank] = dest["stderrs"][local_rank]
                 error_file = f"{stem}.error.json"
-                if os.path.exists(error_file):
-                    os.remove(error_file)
+                for stale in (error_file, dest["stdouts"][local_rank], dest["stderrs"][local_rank]):
+                    if os.path.exists(stale):  # a re-run in the same dir: never tail or report old output
+                        os.remove(stale)
                 dest["error_files"][local_rank] = error_file
                 env["TORCHELASTIC_ERROR_FILE"] = error_file
             known = {f.name for f in dataclasses.fields(LogsDest)}

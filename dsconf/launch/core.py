@@ -273,13 +273,21 @@ def _job_failed(err: Any, log_dir: str) -> JobFailed:
     # the root cause is the earliest rank that raised (has a traceback); ranks the agent then
     # terminated only report a signal
     raised = [r for r in texts if tracebacks.get(r)]
-    root = min(raised, key=lambda r: err.failures[r].timestamp) if raised else min(texts)
+    root = min(raised, key=lambda r: _written_at(err.failures[r])) if raised else min(texts)
     lines = [f"rank {root} failed: {texts[root]}"]
     if tracebacks.get(root):
         lines.append(tracebacks[root].rstrip())
     lines += [f"rank {r} failed: {t}" for r, t in texts.items() if r != root]
     lines.append(f"rank logs: {log_dir}")
     return JobFailed("\n".join(lines), failures=texts, log_dir=log_dir)
+
+
+def _written_at(failure: Any) -> float:
+    """When the rank recorded its exception: the error file's mtime (ns), finer than its 1 s timestamp."""
+    try:
+        return os.stat(failure.error_file).st_mtime_ns / 1e9
+    except (OSError, TypeError):
+        return float(failure.timestamp)
 
 
 def _resolved_copy(cfg: Any) -> Any:

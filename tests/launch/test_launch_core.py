@@ -1,0 +1,170 @@
+"""dsconf.launch.core: one job through torch elastic, called in-process (real workers, gloo on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from launch_helpers import alive, rank_facts, write_script
+from omegaconf import OmegaConf
+
+from dsconf.errors import ConfigError
+from dsconf.launch import context
+from dsconf.launch.core import JobFailed, JobTimeout, launch, plan_job
+
+
+def record_rank(cfg):
+    """Join a gloo group, all-reduce, write what this rank sees; return it."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    total = torch.tensor([dist.get_rank() + 1])
+    dist.all_reduce(total)
+    facts = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    facts.update(allreduce=int(total.item()), cfg=OmegaConf.to_container(cfg), pid=os.getpid(),
+                 job_dir=context.job_dir(), ds=context.deepspeed_config() if "deepspeed" in cfg else None)
+    Path(cfg.out, f"rank{facts['RANK']}.json").write_text(json.dumps(facts))
+    dist.destroy_process_group()
+    return facts
+
+
+def fail_on_rank_1(cfg):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 1:
+        raise ValueError("boom from rank 1")
+    dist.barrier()
+
+
+def hang_on_rank_1(cfg):
+    Path(cfg.out, f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
+    if os.environ["RANK"] == "1":
+        time.sleep(600)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_every_rank_gets_env_cfg_and_rank0_returns(tmp_path: Path, nproc: int) -> None:
+    cfg = OmegaConf.create({"out": str(tmp_path), "lr": "${div:1,4}", "nested": {"x": [1, 2]}})
+    OmegaConf.register_new_resolver("div", lambda a, b: a / b, replace=True)
+    result = launch(record_rank, cfg, dist={"nproc_per_node": nproc, "start_method": "fork"}, job_dir=str(tmp_path))
+    facts = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(nproc)]
+    assert result == facts[0]
+    for rank, f in enumerate(facts):
+        assert (f["RANK"], f["LOCAL_RANK"], f["WORLD_SIZE"]) == (str(rank), str(rank), str(nproc))
+        assert f["MASTER_ADDR"] and f["MASTER_PORT"] == facts[0]["MASTER_PORT"]
+        assert f["allreduce"] == nproc * (nproc + 1) // 2
+        assert f["cfg"] == {"out": str(tmp_path), "lr": 0.25, "nested": {"x": [1, 2]}}  # resolved in the parent
+        assert f["job_dir"] == str(tmp_path)
+        assert f["pid"] != os.getpid()
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == sorted(
+        f"rank{r}.{s}.log" for r in range(nproc) for s in ("stdout", "stderr"))
+
+
+def test_spawn_ranks_get_closures_and_runtime_resolvers(tmp_path: Path) -> None:
+    """With spawn the task (a closure) and a resolver registered at run time travel by cloudpickle."""
+    secret = "from-the-parent"
+
+    def task(cfg):
+        record_rank(cfg)
+        return f"{secret}:{cfg.word}:{OmegaConf.create({'w': '${shout:x}'}).w}"
+
+    OmegaConf.register_new_resolver("shout", lambda s: s.upper(), replace=True)
+    cfg = OmegaConf.create({"out": str(tmp_path), "word": "${shout:hi}"})
+    result = launch(task, cfg, dist={"nproc_per_node": 2, "start_method": "spawn"}, job_dir=str(tmp_path))
+    assert result == "from-the-parent:HI:X"
+    assert [f["WORLD_SIZE"] for f in rank_facts(tmp_path)] == ["2", "2"]
+
+
+def test_deepspeed_dict_is_exported_once_for_the_job_world(tmp_path: Path) -> None:
+    from dsconf.composition import compose
+
+    cfg = OmegaConf.create(compose(["deepspeed.train_micro_batch_size_per_gpu=3",
+                                    "deepspeed.gradient_accumulation_steps=2", "dist.nproc_per_node=2"]))
+    cfg.out = str(tmp_path)
+    launch(record_rank, cfg, dist={"nproc_per_node": 2, "start_method": "fork"}, job_dir=str(tmp_path))
+    saved = json.loads((tmp_path / "ds_config.json").read_text())
+    facts = rank_facts(tmp_path)
+    assert [f["ds"] for f in facts] == [saved, saved]
+    assert saved["train_batch_size"] == 3 * 2 * 2
+
+
+def test_failed_rank_fails_the_job_with_its_error(tmp_path: Path) -> None:
+    with pytest.raises(JobFailed) as info:
+        launch(fail_on_rank_1, OmegaConf.create({}), dist={"nproc_per_node": 2, "start_method": "fork"},
+               job_dir=str(tmp_path))
+    err = info.value
+    assert err.headline.startswith("rank 1 failed: ValueError: boom from rank 1")
+    assert "fail_on_rank_1" in str(err)  # the rank's traceback
+    assert 1 in err.failures and err.log_dir == str(tmp_path / "logs")
+    assert "boom from rank 1" in (tmp_path / "logs" / "rank1.stderr.log").read_text()
+
+
+def test_hung_rank_is_ended_by_the_timeout(tmp_path: Path) -> None:
+    cfg = OmegaConf.create({"out": str(tmp_path)})
+    start = time.monotonic()
+    with pytest.raises(JobTimeout, match="timed out after 3 s"):
+        launch(hang_on_rank_1, cfg, dist={"nproc_per_node": 2, "start_method": "fork", "timeout": 3},
+               job_dir=str(tmp_path))
+    assert time.monotonic() - start < 30
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert alive(pids) == []
+
+
+def test_concurrent_single_node_jobs_do_not_collide(tmp_path: Path) -> None:
+    """Two launches at once on this host, each 2 ranks: each gets its own free port and its own world."""
+    script = write_script(tmp_path, "job.py", f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from omegaconf import OmegaConf
+        from test_launch_core import record_rank
+        from dsconf.launch.core import launch
+        out = sys.argv[1]
+        launch(record_rank, OmegaConf.create({{"out": out}}), dist={{"nproc_per_node": 2}}, job_dir=out)
+    """)
+    outs = [tmp_path / "a", tmp_path / "b"]
+    procs = [subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for out in outs]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stdout.read()
+    ports = set()
+    for out in outs:
+        facts = rank_facts(out)
+        assert [f["allreduce"] for f in facts] == [3, 3]
+        assert len({f["MASTER_PORT"] for f in facts}) == 1
+        ports.add(facts[0]["MASTER_PORT"])
+    assert len(ports) == 2
+
+
+def test_plan_job_mirrors_torchrun() -> None:
+    single = plan_job({"nproc_per_node": 2})
+    assert (single.rdzv_backend, single.rdzv_endpoint, single.world_size) == ("c10d", "localhost:0", 2)
+    assert single.rdzv_id != plan_job({"nproc_per_node": 2}).rdzv_id  # fresh per job, like --standalone
+    assert single.start_method == "fork"  # auto, on a host without GPUs
+    multi = plan_job({"nproc_per_node": 4, "nnodes": "2:3", "rdzv_endpoint": "node0:29400", "rdzv_id": "exp"},
+                     job_num=7)
+    assert (multi.min_nodes, multi.max_nodes, multi.world_size, multi.rdzv_id) == (2, 3, 12, "exp-7")
+    with pytest.raises(ConfigError, match="dist.rdzv_endpoint"):
+        plan_job({"nnodes": 2})
+    with pytest.raises(ConfigError, match="dist.start_method"):
+        plan_job({"start_method": "thread"})
+    with pytest.raises(ConfigError, match="dist.nnodes"):
+        plan_job({"nnodes": "two"})
+
+
+def test_launch_config_across_torch_versions(tmp_path: Path) -> None:
+    from dsconf.launch._compat import LAUNCH_CONFIG_FIELDS, make_launch_config
+
+    config = make_launch_config(log_dir=str(tmp_path), min_nodes=1, max_nodes=1, nproc_per_node=2,
+                                start_method="fork", a_field_from_the_future=1)
+    assert config.nproc_per_node == 2 and config.start_method == "fork"
+    if "logs_specs" in LAUNCH_CONFIG_FIELDS:
+        dest = config.logs_specs.reify({0: {"RANK": "4"}, 1: {"RANK": "5", "TORCHELASTIC_RESTART_COUNT": "1"}})
+        assert dest.stdouts[0] == str(tmp_path / "rank4.stdout.log")
+        assert dest.error_files[1] == str(tmp_path / "attempt1" / "rank5.error.json")
