@@ -15,6 +15,7 @@ import logging
 import os
 import pickle
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -60,9 +61,14 @@ def run_rank(payload: RankPayload | str) -> bytes:
 
     context.set_job_state(deepspeed=payload.deepspeed, job_dir=payload.job_dir,
                           ds_config_path=payload.ds_config_path)
-    result = payload.task_fn(payload.cfg)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        result = payload.task_fn(payload.cfg)
+    except BaseException:
+        traceback.print_exc()  # into this rank's stderr log; torch records it in rank{N}.error.json too
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
     return dumps(result)
 
 

@@ -35,6 +35,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from dsconf.errors import ConfigError, Problem
@@ -261,33 +262,34 @@ def _own_signal_handlers() -> Iterator[None]:
 
 
 def _job_failed(err: Any, log_dir: str) -> JobFailed:
-    """``ChildFailedError`` as a ``JobFailed`` whose message leads with the root-cause rank's exception."""
-    texts: dict[int, str] = {}
-    tracebacks: dict[int, str] = {}
-    for rank, failure in sorted(err.failures.items()):
-        message = failure.message
-        if isinstance(message, dict):
-            tracebacks[rank] = message.get("extraInfo", {}).get("py_callstack", "")
-            message = message.get("message", "")
-        texts[rank] = f"{message} (exit code {failure.exitcode}, pid {failure.pid})"
-    # the root cause is the earliest rank that raised (has a traceback); ranks the agent then
-    # terminated only report a signal
-    raised = [r for r in texts if tracebacks.get(r)]
-    root = min(raised, key=lambda r: _written_at(err.failures[r])) if raised else min(texts)
+    """``ChildFailedError`` as a ``JobFailed`` whose message leads with the root-cause rank's exception.
+
+    torch reports the first failed worker it notices, which may be a rank that only saw its peer die; every
+    rank that raised left ``rank{N}.error.json`` in the log dir, and the earliest of those is the root cause.
+    """
+    texts = {rank: f"{_message(f.message)[0]} (exit code {f.exitcode}, pid {f.pid})"
+             for rank, f in sorted(err.failures.items())}
+    raised: dict[int, tuple[float, str, str]] = {}
+    for path in Path(log_dir).glob("rank*.error.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            message, trace = _message(json.loads(path.read_text())["message"])
+            raised[int(path.name.split(".")[0][4:])] = (path.stat().st_mtime, message, trace)
+    for rank, (_, message, _) in raised.items():
+        texts.setdefault(rank, message)
+    root = min(raised, key=lambda r: raised[r][0]) if raised else min(texts)
     lines = [f"rank {root} failed: {texts[root]}"]
-    if tracebacks.get(root):
-        lines.append(tracebacks[root].rstrip())
-    lines += [f"rank {r} failed: {t}" for r, t in texts.items() if r != root]
+    if root in raised and raised[root][2]:
+        lines.append(raised[root][2].rstrip())
+    lines += [f"rank {r} failed: {t}" for r, t in sorted(texts.items()) if r != root]
     lines.append(f"rank logs: {log_dir}")
     return JobFailed("\n".join(lines), failures=texts, log_dir=log_dir)
 
 
-def _written_at(failure: Any) -> float:
-    """When the rank recorded its exception: the error file's mtime (ns), finer than its 1 s timestamp."""
-    try:
-        return os.stat(failure.error_file).st_mtime_ns / 1e9
-    except (OSError, TypeError):
-        return float(failure.timestamp)
+def _message(message: Any) -> tuple[str, str]:
+    """(text, traceback) of an error-file message as torch's ``record`` writes it."""
+    if isinstance(message, dict):
+        return str(message.get("message", "")), str(message.get("extraInfo", {}).get("py_callstack", ""))
+    return str(message), ""
 
 
 def _resolved_copy(cfg: Any) -> Any:

@@ -393,10 +393,12 @@ def _import_torch_elastic() -> None:
 
 
 def format_table(records: Sequence[JobRecord]) -> str:
-    """The summary as a Markdown table."""
+    """The summary as a Markdown table; overrides shared by every job are left out of the table."""
+    common = set.intersection(*(set(r.overrides) for r in records)) if len(records) > 1 else set()
     rows = [["job", "overrides", "status", "wall (s)", "result / error"], ["---"] * 5]
     for r in records:
-        rows.append([str(r.job), " ".join(r.overrides) or "(none)", r.status, f"{r.wall_s:.1f}", r.result])
+        shown = " ".join(o for o in r.overrides if o not in common) or "(none)"
+        rows.append([str(r.job), shown, r.status, f"{r.wall_s:.1f}", r.result])
     return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
 
 

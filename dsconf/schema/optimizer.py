@@ -26,60 +26,48 @@ class AdamParams:
 
 
 @dataclass
-class LambParams:
+class _MomentParams:
+    """Keys shared by DeepSpeed's Lamb and 1-bit optimizers (their constructors' common arguments)."""
+
     lr: float = doc(1e-3, "Learning rate", ge=0)
     betas: List[float] = doc(BETAS, "Coefficients for running averages")
     eps: float = doc(1e-8, "Numerical stability term", ge=0)
     eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
     weight_decay: float = doc(0.0, "Weight decay", ge=0)
     bias_correction: bool = doc(True, "Apply bias correction")
+
+
+@dataclass
+class LambParams(_MomentParams):
     max_coeff: float = doc(10.0, "Upper bound of the LAMB trust ratio")
     min_coeff: float = doc(0.01, "Lower bound of the LAMB trust ratio")
 
 
 @dataclass
-class OneBitAdamParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
-    freeze_step: int = doc(100000, "Warm-up steps before 1-bit compression starts", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for running averages")
-    eps: float = doc(1e-8, "Numerical stability term", ge=0)
-    eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
-    bias_correction: bool = doc(True, "Apply bias correction")
+class _CompressedParams(_MomentParams):
     cuda_aware: bool = doc(False, "Use CUDA-aware MPI for communication")
     comm_backend_name: str = doc("nccl", "Communication backend for compressed all-reduce",
                                  choices=["nccl", "mpi", "hccl", "compressed"])
 
 
 @dataclass
-class ZeroOneAdamParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for running averages")
-    eps: float = doc(1e-8, "Numerical stability term", ge=0)
-    eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
-    bias_correction: bool = doc(True, "Apply bias correction")
+class OneBitAdamParams(_CompressedParams):
+    freeze_step: int = doc(100000, "Warm-up steps before 1-bit compression starts", ge=0)
+
+
+@dataclass
+class ZeroOneAdamParams(_CompressedParams):
     var_freeze_step: int = doc(100000, "Step after which the variance is frozen", ge=0)
     var_update_scaler: int = doc(16, "Interval between variance updates", ge=1)
     local_step_scaler: int = doc(32678, "Interval scaler for local steps", ge=1)
     local_step_clipper: int = doc(16, "Upper bound of the local step interval", ge=1)
-    cuda_aware: bool = doc(False, "Use CUDA-aware MPI for communication")
-    comm_backend_name: str = doc("nccl", "Communication backend", choices=["nccl", "mpi", "hccl", "compressed"])
 
 
 @dataclass
-class OneBitLambParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
+class OneBitLambParams(_CompressedParams):
     freeze_step: int = doc(100000, "Warm-up steps before 1-bit compression starts", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for running averages")
-    eps: float = doc(1e-8, "Numerical stability term", ge=0)
-    eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
-    bias_correction: bool = doc(True, "Apply bias correction")
     max_coeff: float = doc(10.0, "Upper bound of the trust ratio")
     min_coeff: float = doc(0.01, "Lower bound of the trust ratio")
-    cuda_aware: bool = doc(False, "Use CUDA-aware MPI for communication")
-    comm_backend_name: str = doc("nccl", "Communication backend", choices=["nccl", "mpi", "hccl", "compressed"])
     coeff_beta: float = doc(0.9, "Coefficient for the moving average of the trust ratio")
     factor_max: float = doc(4.0, "Upper bound of the scaling factor")
     factor_min: float = doc(0.5, "Lower bound of the scaling factor")

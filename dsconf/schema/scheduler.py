@@ -25,13 +25,11 @@ class WarmupLRParams:
 
 
 @dataclass
-class WarmupDecayLRParams:
+class WarmupDecayLRParams(WarmupLRParams):
+    """WarmupLR followed by a linear decay to 0 at ``total_num_steps`` (a subclass in DeepSpeed too)."""
+
     total_num_steps: int = doc(REQUIRED, "Total training steps (decay reaches 0 there)", gt=0)
-    warmup_min_lr: float = doc(0.0, "Learning rate at the start of warm-up", ge=0)
     warmup_max_lr: float = doc(0.001, "Learning rate at the end of warm-up", ge=0)
-    warmup_num_steps: int = doc(1000, "Warm-up steps", gt=0)
-    warmup_type: str = doc("log", "Warm-up curve", choices=WARMUP_TYPES)
-    last_batch_iteration: int = doc(-1, "Last step when resuming; -1 starts fresh")
 
 
 @dataclass

@@ -20,10 +20,15 @@ class DenseSparsityConfig:
 
 
 @dataclass
-class FixedSparsityConfig:
-    mode: str = doc("fixed", "Sparsity structure", choices=["fixed"])
-    block: int = doc(16, "Block size of the blocked sparse matrices", ge=1)
+class _LayoutConfig(DenseSparsityConfig):
+    """Keys every non-dense mode shares (DeepSpeed's SparsityConfig base)."""
+
     different_layout_per_head: bool = doc(False, "Give each head its own layout")
+
+
+@dataclass
+class FixedSparsityConfig(_LayoutConfig):
+    mode: str = doc("fixed", "Sparsity structure", choices=["fixed"])
     num_local_blocks: int = doc(4, "Blocks in each local attention window", ge=1)
     num_global_blocks: int = doc(1, "Blocks of a local window that act as global representatives", ge=1)
     attention: str = doc("bidirectional", "Attention direction", choices=ATTENTION_TYPES)
@@ -32,10 +37,8 @@ class FixedSparsityConfig:
 
 
 @dataclass
-class VariableSparsityConfig:
+class VariableSparsityConfig(_LayoutConfig):
     mode: str = doc("variable", "Sparsity structure", choices=["variable"])
-    block: int = doc(16, "Block size of the blocked sparse matrices", ge=1)
-    different_layout_per_head: bool = doc(False, "Give each head its own layout")
     num_random_blocks: int = doc(0, "Random blocks in each block row", ge=0)
     local_window_blocks: List[int] = doc([4], "Blocks in each local window; the last repeats")
     global_block_indices: List[int] = doc([0], "Blocks used as global attention")
@@ -45,20 +48,16 @@ class VariableSparsityConfig:
 
 
 @dataclass
-class BigBirdSparsityConfig:
+class BigBirdSparsityConfig(_LayoutConfig):
     mode: str = doc("bigbird", "Sparsity structure", choices=["bigbird"])
-    block: int = doc(16, "Block size of the blocked sparse matrices", ge=1)
-    different_layout_per_head: bool = doc(False, "Give each head its own layout")
     num_random_blocks: int = doc(0, "Random blocks in each block row", ge=0)
     num_sliding_window_blocks: int = doc(3, "Blocks in the sliding local window", ge=1)
     num_global_blocks: int = doc(1, "Global blocks", ge=1)
 
 
 @dataclass
-class BSLongformerSparsityConfig:
+class BSLongformerSparsityConfig(_LayoutConfig):
     mode: str = doc("bslongformer", "Sparsity structure", choices=["bslongformer"])
-    block: int = doc(16, "Block size of the blocked sparse matrices", ge=1)
-    different_layout_per_head: bool = doc(False, "Give each head its own layout")
     num_sliding_window_blocks: int = doc(3, "Blocks in the sliding local window", ge=1)
     global_block_indices: List[int] = doc([0], "Blocks used as global attention")
     global_block_end_indices: Optional[List[int]] = doc(None, "Exclusive ends of global windows (same length)")
