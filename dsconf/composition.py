@@ -38,7 +38,7 @@ def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] =
         with context:
             return hydra_compose(config_name=config_name, overrides=overrides)
     except Exception as err:  # Hydra and OmegaConf raise many types; all of them are config mistakes here
-        raise hydra_error_to_config_error(err) from None
+        raise hydra_error_with_overrides(err, overrides) from None
 
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
@@ -63,6 +63,24 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
         options = group_options().get(group) or _available_options(text)
         return ConfigError(Problem(group, f"unknown option {option!r}", did_you_mean(option, options)
                                    if options else ""))
+    bad_override = next((getattr(e, "override", None) for e in chain if getattr(e, "override", None)), None)
+    if bad_override is not None or "OverrideParseException" in {type(e).__name__ for e in chain}:
+        shown = getattr(bad_override, "input_line", None) or str(bad_override or "")
+        return ConfigError(Problem("overrides", f"cannot parse override {shown!r}: {_first_line(text)}",
+                                   "write key=value, e.g. deepspeed.fp16.enabled=true; quote values with "
+                                   "special characters"))
+    yaml_error = next((e for e in chain if type(e).__module__.startswith("yaml")), None)
+    if yaml_error is not None:
+        mark = getattr(yaml_error, "problem_mark", None)
+        where = f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "YAML"
+        problem = getattr(yaml_error, "problem", None) or _first_line(str(yaml_error))
+        context = getattr(yaml_error, "context", None)
+        context_mark = getattr(yaml_error, "context_mark", None)
+        if context and context_mark is not None:
+            context = f"{context} opened at line {context_mark.line + 1}"
+        return ConfigError(Problem(mark.name if mark is not None else "YAML",
+                                   f"malformed YAML at {where}: {f'{context}, ' if context else ''}{problem}",
+                                   "fix the YAML syntax there"))
     omega = next((e for e in chain if isinstance(e, OmegaConfBaseException)), None)
     key_match = _FULL_KEY.search(text) or _OVERRIDE_KEY.search(text)
     path = (getattr(omega, "full_key", None) or (key_match.group(1) if key_match else "")) if omega else (
@@ -74,12 +92,38 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
     return ConfigError(Problem(path or "overrides", message, hint))
 
 
-def _key_hint(path: str) -> str:
+def hydra_error_with_overrides(err: BaseException, overrides: List[str]) -> ConfigError:
+    error = hydra_error_to_config_error(err)
+    problem = error.problems[0]
+    if problem.message == "unknown key" and not problem.hint:
+        hint = _key_hint(problem.path, overrides)
+        error = ConfigError(Problem(problem.path, problem.message, hint))
+    return error
+
+
+def _key_hint(path: str, overrides: Iterable[str] = ()) -> str:
     from dsconf.schema.introspect import fields_of, model_at
 
     parent, _, key = path.rpartition(".")
-    model = model_at(parent)
+    model = model_at(parent, types=_chosen_types(overrides))
     return did_you_mean(key, fields_of(model)) if model is not None else ""
+
+
+def _chosen_types(overrides: Iterable[str]) -> dict:
+    """Optimizer/scheduler types the overrides select (for hints about their params)."""
+    from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS
+    from dsconf.schema.root import DEFAULT_GROUPS
+
+    chosen = {"optimizer": OPTIMIZER_OPTIONS.get(DEFAULT_GROUPS["optimizer"]), "scheduler": None}
+    for item in overrides:
+        key, _, value = item.lstrip("+~").partition("=")
+        if key == "optimizer":
+            chosen["optimizer"] = OPTIMIZER_OPTIONS.get(value)
+        elif key == "scheduler":
+            chosen["scheduler"] = SCHEDULER_OPTIONS.get(value)
+        elif key in ("deepspeed.optimizer.type", "deepspeed.scheduler.type"):
+            chosen[key.split(".")[1]] = value
+    return chosen
 
 
 def _available_options(text: str) -> List[str]:

@@ -46,11 +46,9 @@ class ConfigError(ValueError):
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """A 'did you mean ...?' hint naming the closest candidates, or listing the valid ones."""
     pool = sorted({str(c) for c in candidates})
-    close = difflib.get_close_matches(word, pool, n=3, cutoff=0.6)
-    if not close:
-        lowered = {c.lower(): c for c in pool}
-        if word.lower() in lowered:
-            close = [lowered[word.lower()]]
+    lowered = {c.lower(): c for c in pool}
+    close = [lowered[word.lower()]] if word.lower() in lowered else difflib.get_close_matches(word, pool, n=3,
+                                                                                             cutoff=0.6)
     if close:
         return "did you mean " + " or ".join(repr(c) for c in close) + "?"
     if len(pool) <= 12:

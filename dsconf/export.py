@@ -15,6 +15,7 @@ from dsconf.errors import ConfigError, Problem, join_path
 from dsconf.resolvers import given_batch_value
 from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
+from dsconf.schema.zero import OFFLOAD_BLOCKS
 from dsconf.validation import check_model, check_rules, translate_legacy
 from dsconf.versions import known_in, target_version
 from dsconf.world import data_parallel_size
@@ -79,8 +80,7 @@ def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], ta
             problems.append(Problem(f"{PREFIX}.{key}", f"expected a positive integer or 'auto', got {value!r}"))
     check_model(ds, DeepSpeedConfig, PREFIX, target, problems)
     problems.extend(translate_legacy(ds, PREFIX))
-    if not problems:
-        problems.extend(check_rules(ds))
+    problems.extend(check_rules(ds))
     triple = None
     if world_size is not None and not any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS} for p in problems):
         try:
@@ -92,9 +92,13 @@ def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], ta
     assert triple is not None
     out = {**triple.as_dict(), **_prune(ds, DeepSpeedConfig, target)}
     zero = out.get("zero_optimization")
-    if isinstance(zero, dict) and "overlap_comm" not in zero:
-        # DeepSpeed's dynamic default, written out so the exported value is the one that runs.
-        zero["overlap_comm"] = zero.get("stage", 0) == 3
+    if isinstance(zero, dict):
+        if "overlap_comm" not in zero:
+            # DeepSpeed's dynamic default, written out so the exported value is the one that runs.
+            zero["overlap_comm"] = zero.get("stage", 0) == 3
+        for key in OFFLOAD_BLOCKS:
+            if (zero.get(key) or {}).get("device", "none") == "none":
+                zero.pop(key, None)
     return out
 
 

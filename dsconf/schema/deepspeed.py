@@ -34,7 +34,8 @@ class DeepSpeedConfig:
                                          legacy="communication_data_type")
     fp16: FP16Config = doc(FP16Config(), "fp16 mixed precision with loss scaling")
     bf16: BF16Config = doc(BF16Config(), "bfloat16 mixed precision")
-    bfloat16: Optional[BF16Config] = doc(None, "Deprecated name of bf16", legacy="bf16")
+    # Free-form so that only the keys the user wrote are translated into bf16 (checked as a BF16Config).
+    bfloat16: Any = doc(None, "Deprecated name of bf16", legacy="bf16")
     amp: Optional[AmpConfig] = doc(None, "NVIDIA Apex AMP; null = off", until="0.19.8",
                                      instead="use precision=fp16, precision=bf16 or precision=torch_autocast")
     torch_autocast: Optional[TorchAutocastConfig] = doc(None, "torch.autocast mixed precision; null = off")

@@ -8,6 +8,7 @@ from functools import cache
 from typing import Any, Dict, Optional, Tuple
 
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig
+from dsconf.schema.precision import BF16Config
 from dsconf.schema.root import DsconfConfig
 from dsconf.schema.scheduler import SCHEDULERS, SchedulerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
@@ -52,6 +53,8 @@ def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
         return OptimizerConfig
     if owner is DeepSpeedConfig and name == "scheduler":
         return SchedulerConfig
+    if owner is DeepSpeedConfig and name == "bfloat16":
+        return BF16Config
     if owner is DeepSpeedConfig and name == "sparse_attention":
         mode = value.get("mode", "fixed") if isinstance(value, dict) else "fixed"
         return SPARSITY_MODES.get(mode)
@@ -62,9 +65,15 @@ def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
     return None
 
 
-def model_at(path: str, root: type = DsconfConfig) -> Optional[type]:
-    """The schema model describing the node at a dotted path (None where it is free-form)."""
+def model_at(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None
+             ) -> Optional[type]:
+    """The schema model describing the node at a dotted path (None where it is free-form).
+
+    ``types`` names the optimizer/scheduler type in use, which decides the model of their ``params``.
+    """
+    types = types or {}
     cls: Optional[type] = root
+    section = ""
     for part in [p for p in path.split(".") if p]:
         if cls is None or part not in fields_of(cls):
             return None
@@ -72,7 +81,8 @@ def model_at(path: str, root: type = DsconfConfig) -> Optional[type]:
         if dataclasses.is_dataclass(tp):
             cls = tp
         else:
-            cls = dynamic_model(cls, part, {})
+            cls = dynamic_model(cls, part, {"type": types.get(section) or ""})
+        section = part
     return cls
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 from dsconf.schema._field import doc
 
 OFFLOAD_DEVICES = ["none", "cpu", "nvme"]
+OFFLOAD_BLOCKS = ("offload_optimizer", "offload_param")
 
 
 @dataclass
@@ -48,8 +49,11 @@ class ZeroOptimizationConfig:
     compute_grad_norm: bool = doc(True, "Compute the global gradient norm in stage 1/2 steps", since="0.19.8")
     load_from_fp32_weights: bool = doc(True, "Initialise fp32 master weights from the checkpoint's fp32 copies")
     elastic_checkpoint: bool = doc(False, "Legacy elastic checkpoint support")
-    offload_param: Optional[OffloadParamConfig] = doc(None, "Offload parameters to CPU/NVMe (stage 3)")
-    offload_optimizer: Optional[OffloadOptimizerConfig] = doc(None, "Offload optimizer state to CPU/NVMe")
+    # Present (device "none") rather than null so a dotted override can reach their keys; export leaves a
+    # block out while its device is "none", which is what DeepSpeed does with it.
+    offload_param: Optional[OffloadParamConfig] = doc(OffloadParamConfig(), "Offload parameters to CPU/NVMe (stage 3)")
+    offload_optimizer: Optional[OffloadOptimizerConfig] = doc(OffloadOptimizerConfig(),
+                                                              "Offload optimizer state to CPU/NVMe")
     sub_group_size: int = doc(1_000_000_000, "Tile size for parameter processing (ZeRO-Offload/Infinity)", ge=0)
     cpu_offload: Optional[bool] = doc(None, "Deprecated: true means offload_optimizer.device=cpu",
                                       legacy="offload_optimizer")

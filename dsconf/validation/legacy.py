@@ -41,13 +41,11 @@ def translate_legacy(ds: Dict[str, Any], prefix: str = "deepspeed") -> List[Prob
                 _warn(f"{path}=true is deprecated; translated to {prefix}.zero_optimization.{new}.device=cpu")
             else:
                 _warn(f"{path}=false is deprecated and has no effect; dropped")
-        pin = zero.pop("cpu_offload_use_pin_memory", None)
-        if pin is not None:
-            blocks = [k for k in ("offload_optimizer", "offload_param") if _offload_set(zero.get(k))]
-            for key in blocks:
-                zero[key]["pin_memory"] = bool(pin)
-            target = ", ".join(f"{key}.pin_memory" for key in blocks) or "nothing (no offload is enabled)"
-            _warn(f"{prefix}.zero_optimization.cpu_offload_use_pin_memory is deprecated; applied to {target}")
+        if zero.get("cpu_offload_use_pin_memory") is not None:
+            # DeepSpeed reads it but applies it nowhere (its replacement is set per offload block).
+            zero.pop("cpu_offload_use_pin_memory")
+            _warn(f"{prefix}.zero_optimization.cpu_offload_use_pin_memory is deprecated and ignored by DeepSpeed; "
+                  f"dropped (set {prefix}.zero_optimization.offload_optimizer.pin_memory / offload_param.pin_memory)")
 
     fp32_allreduce = ds.pop("fp32_allreduce", None)
     if fp32_allreduce is not None:
@@ -64,7 +62,7 @@ def translate_legacy(ds: Dict[str, Any], prefix: str = "deepspeed") -> List[Prob
             _warn(f"{path}=false is ignored by DeepSpeed since 0.5.8; dropped (fp32 all-reduce is not the default)")
 
     bfloat16 = ds.pop("bfloat16", None)
-    if bfloat16 is not None:
+    if isinstance(bfloat16, dict):
         path = f"{prefix}.bfloat16"
         bf16 = ds.get("bf16") or {}
         if any(bf16.get(k) != v for k, v in bfloat16.items()) and bf16.get("enabled"):

@@ -6,10 +6,12 @@ user sees every problem at once.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, List
 
 from dsconf.errors import Problem
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
+from dsconf.schema.zero import OffloadOptimizerConfig, OffloadParamConfig
 
 P = "deepspeed"
 
@@ -78,10 +80,16 @@ def zero_stage_options(ds: Dict[str, Any]) -> List[Problem]:
     if (zero.get("offload_param") or {}).get("device", "none") != "none" and stage != 3:
         problems.append(Problem(f"{P}.zero_optimization.offload_param", "parameter offload needs ZeRO stage 3",
                                 "choose zero=stage3_offload"))
-    for key in ("offload_optimizer", "offload_param"):
+    for key, model in (("offload_optimizer", OffloadOptimizerConfig), ("offload_param", OffloadParamConfig)):
         block = zero.get(key) or {}
         if block.get("device") == "nvme" and not block.get("nvme_path"):
             problems.append(Problem(f"{P}.zero_optimization.{key}.nvme_path", "is required with device=nvme"))
+        defaults = dataclasses.asdict(model())
+        changed = [k for k, v in block.items() if k != "device" and k in defaults and v != defaults[k]]
+        if block.get("device", "none") == "none" and changed:
+            problems.append(Problem(f"{P}.zero_optimization.{key}.{changed[0]}",
+                                    f"has no effect while {key}.device is 'none'",
+                                    f"set {P}.zero_optimization.{key}.device=cpu or nvme"))
     if zero.get("compute_grad_norm") is False and stage not in (1, 2):
         problems.append(Problem(f"{P}.zero_optimization.compute_grad_norm",
                                 "false is supported only with ZeRO stage 1 or 2"))
@@ -151,4 +159,12 @@ RULES: List[Callable[[Dict[str, Any]], List[Problem]]] = [
 
 
 def check_rules(ds: Dict[str, Any]) -> List[Problem]:
-    return [problem for rule in RULES for problem in rule(ds)]
+    """Every rule's problems. A rule that meets a value of the wrong type (already reported by the schema
+    check) has nothing to add."""
+    problems: List[Problem] = []
+    for rule in RULES:
+        try:
+            problems.extend(rule(ds))
+        except (TypeError, AttributeError, KeyError, ValueError):
+            continue
+    return problems

@@ -1,0 +1,129 @@
+"""The ``dsconf`` command, run as users run it (the installed console script, from an unrelated directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import dsconf
+from dsconf.groups import group_options
+from dsconf.schema.introspect import fields_of
+from dsconf.schema.zero import ZeroOptimizationConfig
+
+MB = "deepspeed.train_micro_batch_size_per_gpu=4"
+
+
+def dsconf_script() -> str:
+    script = Path(sys.executable).parent / "dsconf"
+    found = str(script) if script.exists() else shutil.which("dsconf")
+    assert found, "the dsconf console script is not installed"
+    return found
+
+
+def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK")}
+    return subprocess.run([dsconf_script(), *args], capture_output=True, text=True, cwd=cwd,
+                          env={**env, "DS_ACCELERATOR": "cpu"}, timeout=120)
+
+
+def test_show_prints_the_composed_json(tmp_path):
+    overrides = ["zero=stage2", "precision=bf16", MB]
+    proc = run(tmp_path, "show", *overrides, "--world-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown == dsconf.compose(overrides, world_size=2)
+    assert shown["train_batch_size"] == 8 and shown["zero_optimization"]["stage"] == 2 and shown["bf16"]["enabled"]
+    assert "Traceback" not in proc.stderr
+
+
+def test_show_world_size_changes_the_batch(tmp_path):
+    proc = run(tmp_path, "show", MB, "deepspeed.gradient_accumulation_steps=2", "--world-size", "8")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert [shown[k] for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                               "gradient_accumulation_steps")] == [64, 4, 2]
+
+
+def test_groups_lists_every_group_and_option(tmp_path):
+    proc = run(tmp_path, "groups")
+    assert proc.returncode == 0, proc.stderr
+    listed = {}
+    for line in proc.stdout.strip().splitlines():
+        group, _, options = line.partition(":")
+        listed[group.strip()] = [o.strip() for o in options.split(",")]
+    expected = group_options()
+    assert set(expected) == {"precision", "zero", "optimizer", "scheduler", "sparse_attention",
+                             "activation_checkpointing"}
+    assert listed == expected
+    assert "stage2_offload" in listed["zero"] and "bf16" in listed["precision"]
+
+
+def test_describe_lists_keys_with_descriptions(tmp_path):
+    proc = run(tmp_path, "describe", "deepspeed.zero_optimization")
+    assert proc.returncode == 0, proc.stderr
+    lines = {line.split()[0]: line for line in proc.stdout.strip().splitlines()}
+    overlap = lines["deepspeed.zero_optimization.overlap_comm"]
+    assert fields_of(ZeroOptimizationConfig)["overlap_comm"][1].metadata["help"] in overlap
+    assert "Overlap gradient reduction" in overlap
+    assert set(lines) == {f"deepspeed.zero_optimization.{key}" for key in fields_of(ZeroOptimizationConfig)}
+
+
+def test_describe_unknown_path_is_a_config_error(tmp_path):
+    proc = run(tmp_path, "describe", "deepspeed.zero_optimisation")
+    assert proc.returncode == 2
+    assert "deepspeed.zero_optimisation" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_check_valid_config_exits_0(tmp_path):
+    proc = run(tmp_path, "check", "zero=stage3", "precision=bf16", MB, "--world-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "train_batch_size=8" in proc.stdout and "micro=4" in proc.stdout and "gas=1" in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_check_invalid_config_exits_2(tmp_path):
+    proc = run(tmp_path, "check", "precision=fp16", "deepspeed.bf16.enabled=true", "deepspeed.train_batch_size=33",
+               "--world-size", "2")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "deepspeed.bf16.enabled" in proc.stderr and "deepspeed.train_batch_size" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_legacy_warnings_go_to_stderr(tmp_path):
+    overrides = ["zero=stage2", "deepspeed.zero_optimization.cpu_offload=true", MB]
+    proc = run(tmp_path, "show", *overrides, "--world-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert json.loads(proc.stdout) == dsconf.compose(overrides, world_size=2)  # stdout is pure JSON
+    assert "warning" in proc.stderr and "cpu_offload" in proc.stderr and "offload_optimizer" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("version, code", [("0.19.5", 0), ("0.19.8", 2)])
+def test_deepspeed_version_option(tmp_path, version, code):
+    proc = run(tmp_path, "check", "precision=amp", MB, "--deepspeed-version", version)
+    assert proc.returncode == code, proc.stderr
+    if code:
+        assert "deepspeed.amp" in proc.stderr and "removed in DeepSpeed 0.19.8" in proc.stderr
+
+
+def test_config_dir_and_name(tmp_path):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "train.yaml").write_text("defaults:\n  - dsconf\n  - override zero: stage2\n  - _self_\n"
+                                     "deepspeed:\n  train_micro_batch_size_per_gpu: 2\n  gradient_clipping: 0.5\n")
+    proc = run(tmp_path, "show", "--config-dir", str(conf), "--config-name", "train", "--world-size", "4",
+               "deepspeed.gradient_accumulation_steps=3")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["train_batch_size"] == 24 and shown["gradient_clipping"] == 0.5
+    assert shown["zero_optimization"]["stage"] == 2
