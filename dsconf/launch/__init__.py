@@ -5,5 +5,26 @@
 - ``dsconf.launch.sweep``: the jobs of a ``-m`` sweep, parallel packing, the summary.
 - ``dsconf.launch.context``: what a running rank can ask (the job's DeepSpeed dict, its dir).
 
-This package module imports nothing: ``import dsconf.launch.context`` stays cheap on every rank.
+``dsconf.launch.launch`` and ``dsconf.launch.deepspeed_config`` are resolved on first use: importing this
+package imports nothing, so ``import dsconf.launch.context`` stays cheap on every rank.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "launch": "dsconf.launch.core",
+    "JobFailed": "dsconf.launch.core",
+    "JobTimeout": "dsconf.launch.core",
+    "JobInterrupted": "dsconf.launch.core",
+    "deepspeed_config": "dsconf.launch.context",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'dsconf.launch' has no attribute {name!r}")

@@ -10,6 +10,7 @@ resolvers, Hydra's singletons — and torch, imported once here before the first
 
 - ``max_parallel_jobs > 1`` runs that many job processes at once; with GPUs each gets its own
   ``CUDA_VISIBLE_DEVICES`` subset of ``nproc_per_node`` devices, and a job waits until enough are free.
+  A multi-node job (``dist.nnodes > 1``) runs alone: its rendezvous endpoint is fixed.
 - A failed job is FAILED with its error (the failing rank's exception); the others still run unless
   ``fail_fast``, which stops the running jobs and skips the rest.
 - SIGINT/SIGTERM to the launcher: every running job process gets SIGTERM (its agent stops its ranks),
@@ -73,6 +74,7 @@ class _Job:
     sweep_config: Any
     nproc: int
     timeout: Optional[float]
+    exclusive: bool = False  # multi-node: its rendezvous endpoint is fixed, so it never shares the host
     process: Any = None
     conn: Optional[Connection] = None
     started: float = 0.0
@@ -125,14 +127,15 @@ class SweepRunner:
 
     def _job(self, idx: int, overrides: list[str], sweep_config: Any) -> _Job:
         from dsconf.launch.core import dist_settings
-        from dsconf.world import resolve_nproc_per_node
+        from dsconf.world import parse_nnodes, resolve_nproc_per_node
 
         try:
             dist = dist_settings(_task_cfg(sweep_config), self.options.dist)
             nproc, timeout = resolve_nproc_per_node(dist.get("nproc_per_node", 1)), dist.get("timeout")
+            exclusive = parse_nnodes(dist.get("nnodes", 1))[1] > 1
         except Exception:  # the job process reports the config error properly
-            nproc, timeout = 1, None
-        return _Job(JobRecord(idx, overrides), sweep_config, nproc, float(timeout) if timeout else None)
+            nproc, timeout, exclusive = 1, None, False
+        return _Job(JobRecord(idx, overrides), sweep_config, nproc, float(timeout) if timeout else None, exclusive)
 
     def _run(self, jobs: list[_Job]) -> list[Any]:
         pending, running = deque(jobs), []
@@ -147,6 +150,8 @@ class SweepRunner:
                     while pending:
                         _skip(pending.popleft(), "interrupted" if self._signal is not None else "fail_fast")
                 while pending and len(running) < self.options.max_parallel_jobs:
+                    if running and (pending[0].exclusive or any(job.exclusive for job in running)):
+                        break
                     assigned = devices.take(pending[0].nproc)
                     if assigned is None:
                         break
@@ -181,12 +186,7 @@ class SweepRunner:
 
     def _poll(self, job: _Job) -> bool:
         """Collect what the job process sent; True once it has ended and the job is settled."""
-        assert job.conn is not None
-        if job.ret is None and job.conn.poll():
-            try:
-                job.ret = _loads_return(job.conn.recv_bytes())
-            except (EOFError, OSError):
-                pass
+        self._receive(job)
         now = time.monotonic()
         if job.kill_at is not None and now > job.kill_at and job.process.is_alive():
             log.error(f"job #{job.record.job} did not stop in time; killing its process group")
@@ -195,6 +195,8 @@ class SweepRunner:
             return False
         job.process.join()
         _kill_group(job.process.pid, signal.SIGKILL)  # ranks a dead agent left behind, if any
+        self._receive(job)  # it may have sent its result just before exiting
+        assert job.conn is not None
         job.conn.close()
         if job.ret is None:
             from dsconf.launch.core import JobFailed
@@ -204,6 +206,13 @@ class SweepRunner:
             job.ret = _failed_return(job.sweep_config, job.record.overrides, error)
         _settle(job, now)
         return True
+
+    @staticmethod
+    def _receive(job: _Job) -> None:
+        assert job.conn is not None
+        if job.ret is None and job.conn.poll():
+            with contextlib.suppress(EOFError, OSError):
+                job.ret = _loads_return(job.conn.recv_bytes())
 
     def _stop(self, job: _Job) -> None:
         """SIGTERM the job process: its elastic agent terminates every rank, then it reports FAILED."""
@@ -269,7 +278,7 @@ def _job_process(conn: Connection, hydra_context: Any, task_function: Callable[[
     _die_with_parent()
     if devices:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # not the launcher's flag-setting handler
     signal.signal(signal.SIGTERM, _interrupted)
     task = functools.wraps(task_function)(functools.partial(_distributed_task, task_function, dist_defaults, job_num))
     ret = run_job(hydra_context=hydra_context, task_function=task, config=sweep_config,

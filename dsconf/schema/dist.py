@@ -18,7 +18,8 @@ class DistConfig:
     rdzv_id: str = doc("", "Rendezvous id shared by all nodes of a job; empty = generated per job")
     max_restarts: int = doc(0, "Worker group restarts before the job fails", ge=0)
     monitor_interval: float = doc(0.1, "Seconds between worker health checks", gt=0)
-    start_method: str = doc("spawn", "How workers start", choices=["spawn", "fork", "forkserver"])
+    start_method: str = doc("auto", "How workers start; auto = fork without GPUs, spawn with them",
+                            choices=["auto", "spawn", "fork", "forkserver"])
     timeout: Optional[float] = doc(None, "Seconds before a running job is stopped; null = no limit", gt=0)
     tensor_parallel_size: int = doc(1, "Model (tensor) parallel size; divides the data-parallel size", ge=1)
     pipeline_parallel_size: int = doc(1, "Pipeline parallel size; divides the data-parallel size", ge=1)

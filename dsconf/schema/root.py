@@ -22,7 +22,9 @@ DEFAULT_GROUPS = {
 
 @dataclass
 class DsconfConfig:
-    defaults: List[Any] = field(default_factory=lambda: ["_self_"] + [{g: o} for g, o in DEFAULT_GROUPS.items()])
+    # Sweeps (-m) run each job as a distributed job through dsconf's launcher.
+    defaults: List[Any] = field(default_factory=lambda: ["_self_"] + [{g: o} for g, o in DEFAULT_GROUPS.items()]
+                                + [{"override hydra/launcher": "dsconf"}])
     deepspeed: DeepSpeedConfig = doc(DeepSpeedConfig(), "DeepSpeed's configuration, in its JSON vocabulary")
     dist: DistConfig = doc(DistConfig(), "How the job is launched (torchrun's knobs)")
     deepspeed_version: Optional[str] = doc(None, "DeepSpeed version the config targets; null = the installed one")

@@ -37,12 +37,14 @@ def train(cfg):
     rank, world = dist.get_rank(), dist.get_world_size()
     total = torch.tensor([rank + 1])
     dist.all_reduce(total)
+    print(f"rank {rank} of {world}", flush=True)
     try:
         ds = context.deepspeed_config()
     except RuntimeError:
         ds = None
     facts = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                            "TORCHELASTIC_RUN_ID", "DSCONF_DEEPSPEED_CONFIG")}
+                                            "TORCHELASTIC_RUN_ID", "DSCONF_DEEPSPEED_CONFIG",
+                                            "CUDA_VISIBLE_DEVICES")}
     facts.update(pid=os.getpid(), ppid=os.getppid(), rank=rank, world=world, allreduce=int(total.item()),
                  ds=ds, cwd=os.getcwd(), output_dir=HydraConfig.get().runtime.output_dir,
                  job_num=HydraConfig.get().job.get("num"), which=test.get("which"))
@@ -79,7 +81,7 @@ def run_script(script: Path, *args: str, cwd: Optional[Path] = None, timeout: fl
 def rank_facts(folder: Path) -> List[Dict[str, Any]]:
     """What each rank wrote, sorted by (which, rank)."""
     facts = [json.loads(p.read_text()) for p in folder.glob("rank*.json")]
-    return sorted(facts, key=lambda f: (str(f.get("which")), f["rank"]))
+    return sorted(facts, key=lambda f: (str(f.get("which")), int(f.get("rank", f.get("RANK")))))
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str = "condition") -> None:

@@ -17,6 +17,8 @@ from dsconf.errors import ConfigError
 from dsconf.launch import context
 from dsconf.launch.core import JobFailed, JobTimeout, launch, plan_job
 
+pytestmark = pytest.mark.usefixtures("hydra_restore_singletons")  # resolvers, version_base set by compose
+
 
 def record_rank(cfg):
     """Join a gloo group, all-reduce, write what this rank sees; return it."""
@@ -67,27 +69,11 @@ def test_every_rank_gets_env_cfg_and_rank0_returns(tmp_path: Path, nproc: int) -
         f"rank{r}.{s}.log" for r in range(nproc) for s in ("stdout", "stderr"))
 
 
-def test_spawn_ranks_get_closures_and_runtime_resolvers(tmp_path: Path) -> None:
-    """With spawn the task (a closure) and a resolver registered at run time travel by cloudpickle."""
-    secret = "from-the-parent"
-
-    def task(cfg):
-        record_rank(cfg)
-        return f"{secret}:{cfg.word}:{OmegaConf.create({'w': '${shout:x}'}).w}"
-
-    OmegaConf.register_new_resolver("shout", lambda s: s.upper(), replace=True)
-    cfg = OmegaConf.create({"out": str(tmp_path), "word": "${shout:hi}"})
-    result = launch(task, cfg, dist={"nproc_per_node": 2, "start_method": "spawn"}, job_dir=str(tmp_path))
-    assert result == "from-the-parent:HI:X"
-    assert [f["WORLD_SIZE"] for f in rank_facts(tmp_path)] == ["2", "2"]
-
-
 def test_deepspeed_dict_is_exported_once_for_the_job_world(tmp_path: Path) -> None:
-    from dsconf.composition import compose
+    from dsconf.composition import compose_config
 
-    cfg = OmegaConf.create(compose(["deepspeed.train_micro_batch_size_per_gpu=3",
-                                    "deepspeed.gradient_accumulation_steps=2", "dist.nproc_per_node=2"]))
-    cfg.out = str(tmp_path)
+    cfg = compose_config(["deepspeed.train_micro_batch_size_per_gpu=3", "deepspeed.gradient_accumulation_steps=2",
+                          "dist.nproc_per_node=2", f"+out={tmp_path}"])
     launch(record_rank, cfg, dist={"nproc_per_node": 2, "start_method": "fork"}, job_dir=str(tmp_path))
     saved = json.loads((tmp_path / "ds_config.json").read_text())
     facts = rank_facts(tmp_path)
@@ -168,3 +154,11 @@ def test_launch_config_across_torch_versions(tmp_path: Path) -> None:
         dest = config.logs_specs.reify({0: {"RANK": "4"}, 1: {"RANK": "5", "TORCHELASTIC_RESTART_COUNT": "1"}})
         assert dest.stdouts[0] == str(tmp_path / "rank4.stdout.log")
         assert dest.error_files[1] == str(tmp_path / "attempt1" / "rank5.error.json")
+
+
+def test_plugin_entry_and_context_modules_do_not_import_torch() -> None:
+    """Hydra imports every hydra_plugins module; every rank imports dsconf.launch.context."""
+    code = ("import sys, hydra_plugins.dsconf_launcher.config, hydra_plugins.dsconf_launcher.dsconf_launcher, "
+            "dsconf.launch.entry, dsconf.launch.context, dsconf.launch._worker; "
+            "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
