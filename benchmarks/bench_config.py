@@ -87,7 +87,7 @@ def main() -> None:
         rows += [
             (f"Hydra compose of dsconf's {label} config", hydra_only, floor),
             (f"dsconf compose+validate+export, {label}", full, floor),
-            (f"  ... vs Hydra composing the same config", full, hydra_only),
+            ("  ... vs Hydra composing the same config", full, hydra_only),
             (f"dsconf validate+export, {label}", export, None),
             (f"DeepSpeedConfig parse of the same dict, {label}", ds_parse, None),
             ("  dsconf validate+export / DeepSpeed parse", export, ds_parse),
