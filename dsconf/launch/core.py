@@ -186,8 +186,12 @@ def export_deepspeed(cfg: Any, world_size: int, job_dir: Optional[str]) -> tuple
     if _select(cfg, "deepspeed") is None:
         return None, None
     from dsconf.export import to_deepspeed
+    from dsconf.hardware import hardware_problems
 
     deepspeed = to_deepspeed(cfg, world_size=world_size)
+    problems = hardware_problems(deepspeed)  # before any rank starts: a GPU-only precision on a CPU host
+    if problems:
+        raise ConfigError(problems)
     if not job_dir:
         return deepspeed, None
     os.makedirs(job_dir, exist_ok=True)
