@@ -53,6 +53,10 @@ def run_rank(payload: RankPayload | str) -> bytes:
         with open(payload, "rb") as fh:
             payload = pickle.load(fh)
     _restore_hydra(payload.hydra_state)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit() and "torch" in sys.modules:
+        # A forked rank inherits torch already imported, so the variable alone would not take effect.
+        sys.modules["torch"].set_num_threads(int(threads))
     if payload.cwd and os.getcwd() != payload.cwd:
         os.chdir(payload.cwd)
     _configure_rank_logging(payload.log_level)

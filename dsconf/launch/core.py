@@ -156,6 +156,9 @@ def launch(task_fn: Callable[[Any], Any], cfg: Any, *, dist: Optional[Mapping[st
     On node ``k > 0`` of a multi-node job, there is no rank 0 here and the result is None.
     """
     plan = plan_job(dist if dist is not None else dist_settings(cfg), job_num=job_num)
+    if plan.nproc_per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # As torchrun does: several ranks on one host must not each use every core.
+        os.environ["OMP_NUM_THREADS"] = "1"
     job_dir = os.path.abspath(job_dir or _hydra_output_dir() or os.getcwd())
     deepspeed, ds_path = export_deepspeed(cfg, plan.world_size, job_dir)  # validates: ConfigError before any rank
     resolved = _resolved_copy(cfg)
