@@ -12,7 +12,7 @@ import warnings
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from conftest import ds0195_python, parse_with_other_deepspeed
+from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 
 import dsconf
 from dsconf.groups import group_options

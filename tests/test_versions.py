@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import Any, Dict, List, Optional
 
 import pytest
-from conftest import ds0195_python, parse_with_other_deepspeed
+from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 
 import dsconf
 from dsconf import versions
