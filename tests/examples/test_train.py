@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
@@ -266,8 +266,14 @@ PRESETS = sorted(p.stem for p in (EXAMPLES / "conf" / "experiment").glob("*.yaml
 
 
 @pytest.fixture(scope="module")
-def example_config_store() -> None:
-    """Import examples/train.py as a module, which registers the schema of its own keys (it does not run)."""
+def example_config_store() -> Iterator[None]:
+    """Import examples/train.py as a module, which registers the schema of its own keys (it does not run).
+
+    Afterwards the registration and the example's modules are removed again: later tests send Hydra's
+    ConfigStore to spawned ranks, which could not import the example's classes.
+    """
+    from hydra.core.config_store import ConfigStore
+
     sys.path.insert(0, str(EXAMPLES))
     try:
         spec = importlib.util.spec_from_file_location("dsconf_example_train", TRAIN)
@@ -275,6 +281,10 @@ def example_config_store() -> None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
     finally:
         sys.path.remove(str(EXAMPLES))
+    yield
+    ConfigStore.instance().repo.pop("train_schema.yaml", None)
+    for module in ("training", "dsconf_example_train"):
+        sys.modules.pop(module, None)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
