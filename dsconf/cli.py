@@ -26,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--config-name", default="dsconf", help="primary config name (default: dsconf)")
     describe = sub.add_parser("describe", help="list the keys under a path with type, default and description")
     describe.add_argument("path", nargs="?", default="deepspeed", help="dotted path, e.g. deepspeed.fp16")
+    describe.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
     sub.add_parser("groups", help="list config groups and their options")
     return parser
 
@@ -47,9 +48,10 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{group}: {', '.join(options)}")
         return 0
     if args.command == "describe":
+        from dsconf.composition import chosen_types
         from dsconf.schema.introspect import describe
 
-        rows = describe(args.path)
+        rows = describe(args.path, types=chosen_types(args.overrides))
         if not rows:
             raise ConfigError(f"{args.path}: no such section in dsconf's schema")
         width = max(len(k) for k in rows)

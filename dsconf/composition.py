@@ -105,11 +105,11 @@ def _key_hint(path: str, overrides: Iterable[str] = ()) -> str:
     from dsconf.schema.introspect import fields_of, model_at
 
     parent, _, key = path.rpartition(".")
-    model = model_at(parent, types=_chosen_types(overrides))
+    model = model_at(parent, types=chosen_types(overrides))
     return did_you_mean(key, fields_of(model)) if model is not None else ""
 
 
-def _chosen_types(overrides: Iterable[str]) -> dict:
+def chosen_types(overrides: Iterable[str]) -> dict:
     """Optimizer/scheduler types the overrides select (for hints about their params)."""
     from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS
     from dsconf.schema.root import DEFAULT_GROUPS

@@ -127,3 +127,19 @@ def test_config_dir_and_name(tmp_path):
     shown = json.loads(proc.stdout)
     assert shown["train_batch_size"] == 24 and shown["gradient_clipping"] == 0.5
     assert shown["zero_optimization"]["stage"] == 2
+
+
+def test_describe_params_of_the_chosen_optimizer():
+    import contextlib
+    import io
+
+    from dsconf.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["describe", "deepspeed.optimizer.params", "optimizer=lamb"]) == 0
+    assert "max_coeff" in out.getvalue()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["describe", "deepspeed.optimizer.params"]) == 0  # the default optimizer, Adam
+    assert "adam_w_mode" in out.getvalue() and "max_coeff" not in out.getvalue()

@@ -86,9 +86,10 @@ def model_at(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Opt
     return cls
 
 
-def describe(path: str = "", root: type = DsconfConfig) -> Dict[str, str]:
+def describe(path: str = "", root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None
+             ) -> Dict[str, str]:
     """key -> 'type = default  # description' for every field of the model at ``path``."""
-    cls = model_at(path, root)
+    cls = model_at(path, root, types=types)
     if cls is None:
         return {}
     out = {}
