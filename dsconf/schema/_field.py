@@ -1,7 +1,12 @@
 """How schema fields are declared: a default, a one-line description, and optional constraints.
 
-Constraints live in the field's metadata so that validation, documentation and the CLI all read
-them from the schema, the single source of truth for every key.
+Constraints live in the field's metadata so that validation, documentation, export, ``import`` and the CLI
+all read them from the schema, the single source of truth for every key.
+
+A section model may name the DeepSpeed class that parses it in a ``deepspeed_model`` class variable
+(``"deepspeed.monitor.config.TensorBoardConfig"``). Such sections are pydantic models in DeepSpeed: they refuse
+unknown keys and coerce values in pydantic's lax mode (``"1"`` -> 1, ``"true"`` -> True, ``1e9`` -> an int),
+and so does dsconf. Sections without it are read by DeepSpeed as plain dicts (values taken as written).
 """
 
 from __future__ import annotations
@@ -24,17 +29,34 @@ def doc(
     until: Optional[str] = None,
     legacy: Optional[str] = None,
     instead: Optional[str] = None,
+    aliases: Sequence[str] = (),
+    auto: Optional[str] = None,
+    type: Any = None,
 ) -> Any:
     """Declare a schema field.
 
     ``since``/``until`` bound the DeepSpeed versions that know the key (``until`` is the first version
-    that refuses it). ``case_insensitive`` marks choices DeepSpeed lower-cases before comparing.
-    ``legacy`` names the modern key that replaces this one; ``instead`` says what to use once it is gone.
+    that refuses it); ``instead`` is DeepSpeed's advice once it is gone. ``case_insensitive`` marks choices
+    DeepSpeed lower-cases before comparing. ``legacy`` names the modern key that replaces this one (a sibling
+    key, translated with a warning). ``aliases`` are other spellings DeepSpeed accepts for the same key
+    without a warning (exported under the field's own name). ``auto`` names what HF Transformers/Accelerate
+    fill an ``"auto"`` value from (e.g. ``"TrainingArguments.learning_rate"``): only such keys accept "auto".
+    ``type`` is the value type when the annotation must be ``Any`` (a key that also accepts "auto").
     """
     metadata = {"help": help, "ge": ge, "gt": gt, "le": le, "choices": choices,
                 "case_insensitive": case_insensitive or None, "since": since,
-                "until": until, "legacy": legacy, "instead": instead}
+                "until": until, "legacy": legacy, "instead": instead, "aliases": tuple(aliases) or None,
+                "auto": auto, "type": type}
     metadata = {k: v for k, v in metadata.items() if v is not None}
     if isinstance(default, (list, dict)) or hasattr(default, "__dataclass_fields__"):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def hf_auto(default: Any, help: str, filled_from: str, type: Any, **constraints: Any) -> Any:
+    """A field HF Transformers/Accelerate may leave as "auto" and fill from ``filled_from``.
+
+    Annotate such a field ``Any`` (OmegaConf cannot type a value that is a number or "auto"); ``type`` is
+    what validation and ``describe`` use.
+    """
+    return doc(default, help, auto=filled_from, type=type, **constraints)

@@ -16,9 +16,11 @@ from dsconf.schema.sparse_attention import SPARSITY_MODES
 
 @cache
 def fields_of(cls: type) -> Dict[str, Tuple[Any, dataclasses.Field]]:
-    """name -> (resolved type, Field) for a schema dataclass."""
+    """name -> (resolved type, Field) for a schema dataclass; a field's declared ``type`` overrides an ``Any``
+    annotation (keys that also accept HF's "auto")."""
     hints = typing.get_type_hints(cls)
-    return {f.name: (hints[f.name], f) for f in dataclasses.fields(cls) if f.name != "defaults"}
+    return {f.name: (f.metadata.get("type", hints[f.name]), f) for f in dataclasses.fields(cls)
+            if f.name != "defaults"}
 
 
 def default_of(field: dataclasses.Field) -> Any:
