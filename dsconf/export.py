@@ -17,17 +17,21 @@ from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
 from dsconf.schema.zero import OFFLOAD_BLOCKS
 from dsconf.validation import check_model, check_rules, translate_legacy
+from dsconf.validation.legacy import translate_legacy_forms
+from dsconf.validation.normalize import AUTO, is_auto, normalize
 from dsconf.versions import known_in, target_version
 from dsconf.world import data_parallel_size
 
 PREFIX = "deepspeed"
 
 
-def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_version: Optional[str] = None) -> dict:
+def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_version: Optional[str] = None,
+                 keep_auto: Optional[bool] = None) -> dict:
     """The validated, plain, JSON-serialisable DeepSpeed dict for a composed config.
 
     ``cfg`` is dsconf's composed config (with ``deepspeed`` and ``dist``). The data-parallel size comes from
     ``world_size`` (total ranks) if given, else the environment of a running distributed job, else ``cfg.dist``.
+    ``keep_auto`` (default: the config's ``keep_auto``) keeps HF's "auto" values for HF Trainer/Accelerate.
     """
     from omegaconf import DictConfig, OmegaConf
 
@@ -40,12 +44,14 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
     raw = plain_deepspeed_node(cfg.deepspeed, problems)
     dist = OmegaConf.to_container(cfg.dist, resolve=True) if "dist" in cfg else None
     try:
-        ws = data_parallel_size(dist, world_size=world_size)
+        ws = data_parallel_size(dist, sequence_parallel_size=raw.get("sequence_parallel_size"),
+                                world_size=world_size)
     except ConfigError as err:
         problems.extend(err.problems)
         ws = None
     target = target_version(deepspeed_version or cfg.get("deepspeed_version"))
-    return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems)
+    keep = bool(cfg.get("keep_auto", False)) if keep_auto is None else keep_auto
+    return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=keep)
 
 
 def plain_deepspeed_node(node: Any, problems: List[Problem]) -> Dict[str, Any]:
@@ -69,8 +75,13 @@ def plain_deepspeed_node(node: Any, problems: List[Problem]) -> Dict[str, Any]:
 
 
 def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], target: str,
-                         problems: Optional[List[Problem]] = None) -> dict:
-    """Validate a plain DeepSpeed dict (dsconf's schema vocabulary) and return what DeepSpeed should get."""
+                         problems: Optional[List[Problem]] = None, keep_auto: bool = False) -> dict:
+    """Validate a plain DeepSpeed dict (DeepSpeed's or dsconf's vocabulary: aliases, legacy keys and values
+    DeepSpeed coerces are accepted) and return what DeepSpeed should get, in canonical spellings and types.
+
+    With ``keep_auto`` HF's "auto" values stay for HF Trainer/Accelerate to fill (batch keys that are not
+    given become "auto" too), and the batch triple is derived only when none of it is "auto".
+    """
     problems = list(problems or [])
     ds = copy.deepcopy(dict(ds))
     batch = {key: ds.pop(key, None) for key in BATCH_KEYS}
@@ -78,28 +89,42 @@ def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], ta
     for key, value in batch.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             problems.append(Problem(f"{PREFIX}.{key}", f"expected a positive integer or 'auto', got {value!r}"))
+    translate_legacy_forms(ds, PREFIX)
+    ds = normalize(ds, DeepSpeedConfig, PREFIX, keep_auto=keep_auto, problems=problems)
     check_model(ds, DeepSpeedConfig, PREFIX, target, problems)
     problems.extend(translate_legacy(ds, PREFIX))
-    problems.extend(check_rules(ds))
+    problems.extend(check_rules(ds, structure_ok=not problems))
+    left_to_hf = keep_auto and any(value is None for value in batch.values())
     triple = None
-    if world_size is not None and not any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS} for p in problems):
+    if world_size is not None and not left_to_hf and not any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS}
+                                                             for p in problems):
         try:
             triple = derive_batch(*(batch[k] for k in BATCH_KEYS), world_size, prefix=PREFIX)
         except ConfigError as err:
             problems.extend(err.problems)
     if problems:
         raise ConfigError(problems)
-    assert triple is not None
-    out = {**triple.as_dict(), **_prune(ds, DeepSpeedConfig, target)}
+    if left_to_hf:
+        batch_out = {key: AUTO if value is None else value for key, value in batch.items()}
+    else:
+        assert triple is not None
+        batch_out = triple.as_dict()
+    out = {**batch_out, **_prune(ds, DeepSpeedConfig, target)}
+    fill_dynamic_defaults(out)
     zero = out.get("zero_optimization")
     if isinstance(zero, dict):
-        if "overlap_comm" not in zero:
-            # DeepSpeed's dynamic default, written out so the exported value is the one that runs.
-            zero["overlap_comm"] = zero.get("stage", 0) == 3
         for key in OFFLOAD_BLOCKS:
             if (zero.get(key) or {}).get("device", "none") == "none":
                 zero.pop(key, None)
     return out
+
+
+def fill_dynamic_defaults(ds: Dict[str, Any]) -> None:
+    """Write out DeepSpeed's defaults that depend on other keys, so the exported value is the one that runs:
+    ``zero_optimization.overlap_comm`` is true only for stage 3."""
+    zero = ds.get("zero_optimization")
+    if isinstance(zero, dict) and zero.get("overlap_comm") is None and not is_auto(zero.get("stage")):
+        zero["overlap_comm"] = zero.get("stage", 0) == 3
 
 
 def _prune(value: Any, cls: Optional[type], target: str) -> Any:

@@ -76,13 +76,18 @@ def register() -> None:
     if _registered:
         return
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     from dsconf import resolvers
 
     resolvers.register()
     cs = ConfigStore.instance()
     # The root stays an untyped mapping so a user's primary config can add its own keys next to ours.
-    base = {f.name: getattr(DsconfConfig(), f.name) for f in dataclasses.fields(DsconfConfig)}
+    base = OmegaConf.structured({f.name: getattr(DsconfConfig(), f.name) for f in dataclasses.fields(DsconfConfig)})
+    # Not in struct mode at the top of `deepspeed`: a dotted override can reach into a section that is still null
+    # (deepspeed.tensorboard.enabled=true), and a misspelt key reaches dsconf's validation, which names the key
+    # and the closest valid one. Typed sections below it still refuse unknown keys.
+    OmegaConf.set_struct(base.deepspeed, False)
     cs.store(name=BASE_CONFIG_NAME, node=base, provider="dsconf")
 
     def store(group: str, name: str, node: Any, package: str = "deepspeed") -> None:

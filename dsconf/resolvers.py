@@ -27,7 +27,8 @@ def _resolve_batch(*, _node_: Any, _parent_: Any, _root_: Any) -> int:
 
     raws = {key: given_batch_value(_parent_._get_node(key)._value()) for key in BATCH_KEYS}
     dist = _root_.get("dist") if hasattr(_root_, "get") else None
-    triple = derive_batch(*(raws[k] for k in BATCH_KEYS), data_parallel_size(dist))
+    sequence = _parent_.get("sequence_parallel_size", None)
+    triple = derive_batch(*(raws[k] for k in BATCH_KEYS), data_parallel_size(dist, sequence_parallel_size=sequence))
     return getattr(triple, str(_node_._key()))
 
 

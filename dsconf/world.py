@@ -80,24 +80,26 @@ def dist_world_size(dist: Any) -> int:
 
 
 def model_parallel_product(dist: Any) -> int:
-    return (int(_get(dist, "tensor_parallel_size", 1)) * int(_get(dist, "pipeline_parallel_size", 1))
-            * int(_get(dist, "sequence_parallel_size", 1)))
+    return int(_get(dist, "tensor_parallel_size", 1)) * int(_get(dist, "pipeline_parallel_size", 1))
 
 
-def data_parallel_size(dist: Any = None, *, world_size: Optional[int] = None,
+def data_parallel_size(dist: Any = None, *, sequence_parallel_size: Any = None, world_size: Optional[int] = None,
                        environ: Optional[Mapping[str, str]] = None) -> int:
-    """Data-parallel size: total ranks divided by the model/pipeline/sequence parallel sizes.
+    """Data-parallel size: total ranks divided by the tensor/pipeline parallel sizes (``dist``) and DeepSpeed's
+    ``sequence_parallel_size`` (None = 1), as DeepSpeed divides its world size.
 
     Total ranks come from ``world_size`` if given, else the environment of a running job, else ``dist``.
     """
     total = world_size if world_size is not None else env_world_size(environ)
     if total is None:
         total = dist_world_size(dist) if dist is not None else 1
-    parallel = model_parallel_product(dist) if dist is not None else 1
+    sequence = sequence_parallel_size if isinstance(sequence_parallel_size, int) and sequence_parallel_size > 0 else 1
+    parallel = (model_parallel_product(dist) if dist is not None else 1) * sequence
     if total % parallel:
         raise ConfigError(Problem(
             "dist", f"world size {total} is not divisible by tensor x pipeline x sequence parallel size {parallel}",
-            "choose parallel sizes whose product divides the number of ranks"))
+            "choose parallel sizes (dist.tensor_parallel_size, dist.pipeline_parallel_size, "
+            "deepspeed.sequence_parallel_size) whose product divides the number of ranks"))
     return total // parallel
 
 

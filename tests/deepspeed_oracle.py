@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import KeysView
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 from unittest import mock
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -31,7 +32,10 @@ STAGE3_ALIASES = {
 SAME_NAME = ["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
              "prescale_gradients", "gradient_predivide_factor", "gradient_allreduce_op", "steps_per_print",
              "wall_clock_breakdown", "dump_state", "gradient_clipping", "zero_allow_untested_optimizer",
-             "zero_force_ds_cpu_optimizer"]
+             "zero_force_ds_cpu_optimizer", "managed_gradient_accumulation", "disable_allgather",
+             "dataloader_drop_last", "memory_breakdown", "disable_python_gc", "log_level"]
+# Top-level keys whose parsed attribute has another name.
+RENAMED = {"use_data_before_expert_parallelism": "use_data_before_expert_parallel_"}
 DTYPES = {"fp32": "torch.float32", "fp16": "torch.float16", "bf16": "torch.bfloat16", "bfloat16": "torch.bfloat16",
           "float16": "torch.float16", "half": "torch.float16"}
 
@@ -69,8 +73,10 @@ def mismatches(given: Dict[str, Any], parsed: Any) -> List[str]:
         elif key == "scheduler":
             expect("scheduler.type", value["type"], parsed.scheduler_name)
             expect("scheduler.params", value.get("params"), parsed.scheduler_params)
-        elif key == "communication_data_type":
-            expect(key, DTYPES[value.lower()], str(parsed.communication_data_type))
+        elif key in RENAMED:
+            expect(key, value, getattr(parsed, RENAMED[key]))
+        elif key in ("communication_data_type", "seq_parallel_communication_data_type"):
+            expect(key, DTYPES[value.lower()], str(getattr(parsed, key)))
         elif key == "sparse_gradients":
             expect(key, value, parsed.sparse_gradients_enabled)
         elif key in ("fp16", "bf16"):
@@ -90,7 +96,8 @@ def mismatches(given: Dict[str, Any], parsed: Any) -> List[str]:
                 got = getattr(parsed.zero_config, STAGE3_ALIASES.get(k, k))
                 if isinstance(v, dict):
                     for kk, vv in v.items():
-                        expect(f"zero_optimization.{k}.{kk}", vv, getattr(got, kk))
+                        expect(f"zero_optimization.{k}.{kk}", vv, got.get(kk) if isinstance(got, dict)
+                               else getattr(got, kk))
                 else:
                     expect(f"zero_optimization.{k}", v, got)
         elif key == "activation_checkpointing":
@@ -98,13 +105,43 @@ def mismatches(given: Dict[str, Any], parsed: Any) -> List[str]:
                 expect(f"activation_checkpointing.{k}", v, getattr(parsed.activation_checkpointing_config, k))
         elif key == "sparse_attention":
             expect("sparse_attention", value, parsed.sparse_attention)
-        else:
+        elif not isinstance(value, dict):
             out.append(f"{key}: no known DeepSpeed attribute to compare")
+        # other sections are compared whole, through parsed_state (test_export's minimal-config oracle)
     return out
 
 
+def plain_state(value: Any, depth: int = 0) -> Any:
+    """A parsed DeepSpeed config object as plain JSON-able data (pydantic models dumped, enums and dtypes as text),
+    so two parses can be compared whole."""
+    if depth > 12:
+        return repr(value)
+    if hasattr(value, "model_dump"):
+        return plain_state(value.model_dump(), depth + 1)
+    if isinstance(value, dict):
+        return {str(k): plain_state(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_state(v, depth + 1) for v in value]
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return _plain(value) if not isinstance(value, bool) else value
+    if hasattr(value, "value") and type(value).__module__ != "builtins":
+        return plain_state(value.value, depth + 1)
+    if hasattr(value, "__dict__") and not callable(value):
+        return {k: plain_state(v, depth + 1) for k, v in vars(value).items() if not k.startswith("_")}
+    return str(value)
+
+
+# Attributes of a parsed config that hold the input itself, not what DeepSpeed made of it.
+RAW_ATTRIBUTES = ("_param_dict",)
+
+
+def parsed_state(parsed: Any) -> Dict[str, Any]:
+    return {k: plain_state(v) for k, v in vars(parsed).items() if k not in RAW_ATTRIBUTES}
+
+
 def parse(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
-    """{"ok": bool, "error": str, "triple": [...], "mismatches": [...]} for one config at one world size."""
+    """{"ok": bool, "error": str, "triple": [...], "mismatches": [...], "state": {...}} for one config at one
+    world size; ``state`` is everything DeepSpeed parsed, as plain data."""
     import deepspeed.runtime.config as ds_config
 
     with mock.patch.object(ds_config.dist, "get_world_size", return_value=world_size), \
@@ -116,7 +153,7 @@ def parse(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
     return {"ok": True, "error": "",
             "triple": [parsed.train_batch_size, parsed.train_micro_batch_size_per_gpu,
                        parsed.gradient_accumulation_steps],
-            "mismatches": mismatches(config, parsed)}
+            "mismatches": mismatches(config, parsed), "state": parsed_state(parsed)}
 
 
 ORACLE = Path(__file__).resolve()
@@ -142,7 +179,200 @@ def installed_version() -> str:
     return deepspeed.__version__
 
 
+
+
+
+# --- Which keys DeepSpeed reads: the verdict on a real config file --------------------------------------------
+
+class RecordingDict(dict):
+    """A config dict that records every key DeepSpeed reads (get, [], in, keys, items), nested dicts too."""
+
+    def __init__(self, data: Dict[str, Any], path: str = "", log: Any = None) -> None:
+        self.__dict__["_path"] = path
+        self.__dict__["_log"] = log if log is not None else set()
+        super().__init__({k: self._wrap(k, v) for k, v in data.items()})
+
+    def _wrap(self, key: str, value: Any) -> Any:
+        return RecordingDict(value, self._join(key), self._log) if isinstance(value, dict) else value
+
+    def _join(self, key: Any) -> str:
+        return f"{self._path}.{key}" if self._path else str(key)
+
+    def _read(self, key: Any) -> None:
+        self._log.add(self._join(key))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._read(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: Any) -> bool:
+        self._read(key)
+        return super().__contains__(key)
+
+    def keys(self):  # noqa: ANN201 - dict's own signature
+        return _RecordingKeys(self)  # `key in d.keys()` reads one key; iterating reads them all
+
+    def items(self):  # noqa: ANN201
+        for key in super().keys():
+            self._read(key)
+        return super().items()
+
+    def __copy__(self) -> RecordingDict:
+        # DeepSpeed copies a section it passes on whole (data_efficiency's sampling settings...): every key in it
+        # reaches its consumer. The copy of the whole config (DeepSpeedConfig's own first step) is no such read.
+        if self._path:
+            self.consume_all()
+        copied = RecordingDict({}, self._path, self._log)
+        dict.update(copied, self)
+        return copied
+
+    def consume_all(self) -> None:
+        for path in _all_paths(dict(dict.items(self)), self._path):
+            self._log.add(path)
+
+
+class _RecordingKeys(KeysView):
+    def __contains__(self, key: Any) -> bool:
+        return key in self._mapping  # type: ignore[attr-defined]
+
+    def __iter__(self) -> Iterator[Any]:
+        for key in dict.__iter__(self._mapping):  # type: ignore[attr-defined]
+            self._mapping._read(key)  # type: ignore[attr-defined]
+            yield key
+
+
+def _all_paths(value: Any, path: str = "") -> List[str]:
+    out: List[str] = []
+    if isinstance(value, dict):
+        for key, item in dict.items(value):
+            sub = f"{path}.{key}" if path else str(key)
+            out.append(sub)
+            out += _all_paths(item, sub)
+    return out
+
+
+def ignored_keys(config: Dict[str, Any], read: set) -> List[str]:
+    """Keys of ``config`` DeepSpeed never read. A nested dict none of whose keys was read although its own key was
+    is taken whole (DeepSpeed hands it to a pydantic model, which refuses unknown keys itself, or passes it on
+    as it is, like optimizer params); so are the settings of a section whose ``enabled`` is false."""
+    out = []
+    disabled = {p.rpartition(".")[0] for p in _all_paths(config)
+                if p.endswith(".enabled") and p in read and _get_path(config, p) is False}
+    for path in _all_paths(config):
+        if path.rpartition(".")[0] in disabled:
+            continue  # the settings of a section that is off are rightly unread
+        parent = path.rpartition(".")[0]
+        siblings = [p for p in _all_paths(config) if p.rpartition(".")[0] == parent]
+        consumed_whole = parent and not any(p in read for p in siblings)
+        ancestors_read = all(".".join(path.split(".")[:i]) in read for i in range(1, path.count(".") + 1))
+        if path not in read and not (consumed_whole and ancestors_read):
+            out.append(path)
+    # report the outermost ignored key only
+    return [p for p in out if not any(p.startswith(q + ".") for q in out)]
+
+
+# HF Transformers' Trainer and Accelerate fill these "auto" values (transformers/integrations/deepspeed.py,
+# accelerate's DeepSpeedPlugin); the values are those of a small run: micro batch 4, lr 1e-4, hidden size 64.
+HIDDEN = 64
+HF_FILLS = {
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+    "optimizer.params.lr": 1e-4, "optimizer.params.betas": [0.9, 0.999], "optimizer.params.eps": 1e-8,
+    "optimizer.params.weight_decay": 0.0, "scheduler.params.warmup_min_lr": 0, "scheduler.params.warmup_max_lr": 1e-4,
+    "scheduler.params.warmup_num_steps": 10, "scheduler.params.total_num_steps": 100, "fp16.enabled": False,
+    "bf16.enabled": False, "zero_optimization.reduce_bucket_size": HIDDEN * HIDDEN,
+    "zero_optimization.stage3_prefetch_bucket_size": int(0.9 * HIDDEN * HIDDEN),
+    "zero_optimization.stage3_param_persistence_threshold": 10 * HIDDEN,
+    "zero_optimization.stage": 2, "zero_optimization.stage3_gather_16bit_weights_on_model_save": False,
+    "zero_optimization.offload_optimizer.device": "none", "zero_optimization.offload_param.device": "none",
+    "zero_optimization.offload_optimizer.nvme_path": "/local_nvme", "zero_optimization.offload_param.nvme_path":
+    "/local_nvme",
+}
+HF_SPELLINGS = {"zero_optimization.prefetch_bucket_size": "zero_optimization.stage3_prefetch_bucket_size",
+                "zero_optimization.param_persistence_threshold":
+                    "zero_optimization.stage3_param_persistence_threshold",
+                "zero_optimization.gather_16bit_weights_on_model_save":
+                    "zero_optimization.stage3_gather_16bit_weights_on_model_save"}
+# "auto" that DeepSpeed itself defines (its own default is the string "auto").
+DEEPSPEED_AUTO = {"pipeline.stages", "data_types.keep_in_fp32_modules"}
+
+
+def hf_fill(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
+    """``config`` with every "auto" HF fills replaced as HF fills it (for ``world_size`` data-parallel ranks)."""
+    out = copy.deepcopy(config)
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                sub = f"{path}.{key}" if path else key
+                if value == "auto":
+                    name = HF_SPELLINGS.get(sub, sub)
+                    if name == "train_batch_size":
+                        node[key] = None  # filled below from the other two
+                    elif name in HF_FILLS:
+                        node[key] = copy.deepcopy(HF_FILLS[name])
+                else:
+                    walk(value, sub)
+
+    walk(out, "")
+    if "train_batch_size" in out and out["train_batch_size"] is None:
+        mb = out.get("train_micro_batch_size_per_gpu") or HF_FILLS["train_micro_batch_size_per_gpu"]
+        gas = out.get("gradient_accumulation_steps") or 1
+        out["train_batch_size"] = mb * gas * world_size
+    return out
+
+
+def leftover_auto(config: Dict[str, Any]) -> List[str]:
+    return [p for p in _all_paths(config) if _get_path(config, p) == "auto" and p not in DEEPSPEED_AUTO]
+
+
+def _get_path(config: Dict[str, Any], path: str) -> Any:
+    node: Any = config
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def verdict(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
+    """DeepSpeed's verdict on a user's config, "auto" filled as HF fills it: it is valid when DeepSpeed parses it,
+    reads every key in it, and gets no "auto" that nobody fills."""
+    import deepspeed.runtime.config as ds_config
+    from deepspeed.runtime.config_utils import DeepSpeedConfigModel
+
+    filled = hf_fill(config, world_size)
+    recorded = RecordingDict(filled)
+    model_init = DeepSpeedConfigModel.__init__
+
+    def recording_init(self: Any, *args: Any, **data: Any) -> None:
+        # DeepSpeed's pydantic models refuse unknown keys themselves (extra="forbid"): what reaches one is read
+        for value in data.values():
+            if isinstance(value, RecordingDict):
+                value.consume_all()
+        model_init(self, *args, **data)
+
+    with mock.patch.object(ds_config.dist, "get_world_size", return_value=world_size), \
+            mock.patch.object(ds_config.dist, "get_rank", return_value=0), \
+            mock.patch.object(DeepSpeedConfigModel, "__init__", recording_init):
+        try:
+            parsed = ds_config.DeepSpeedConfig(recorded)
+        except Exception as err:  # DeepSpeed raises many types
+            return {"ok": False, "why": f"DeepSpeed refuses it: {type(err).__name__}: {str(err)[:300]}"}
+    ignored = ignored_keys(filled, recorded._log)
+    if ignored:
+        return {"ok": False, "why": f"DeepSpeed ignores {ignored}"}
+    left = leftover_auto(filled)
+    if left:
+        return {"ok": False, "why": f"'auto' nobody fills at {left}"}
+    return {"ok": True, "why": "", "state": parsed_state(parsed)}
+
+
 if __name__ == "__main__":
+    import contextlib
+
     cases = json.load(sys.stdin)
-    json.dump({"version": installed_version(),
-               "results": [parse(case["config"], case["world_size"]) for case in cases]}, sys.stdout)
+    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed prints while it parses; stdout carries the answer
+        results = [(verdict if case.get("verdict") else parse)(case["config"], case["world_size"]) for case in cases]
+    json.dump({"version": installed_version(), "results": results}, sys.stdout)

@@ -1,10 +1,16 @@
 """Every precision x zero x optimizer x scheduler combination, exported for world sizes 1, 2 and 8 and fed to
 DeepSpeed's own parser: DeepSpeed accepts every config dsconf accepts, computes the same batch triple, and
 parses every exported key to the exported value. The same for DeepSpeed 0.19.5 when its environment exists.
+
+That proves names, not defaults (dsconf writes its defaults out and DeepSpeed reads them back). So each export
+is also compared with DeepSpeed's parse of a *minimal* config holding only what the user chose (the group
+options' own keys, nothing else): everything DeepSpeed makes of the two must be equal, so every default dsconf
+writes is DeepSpeed's own.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import multiprocessing
@@ -15,7 +21,7 @@ import pytest
 from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 
 import dsconf
-from dsconf.groups import group_options
+from dsconf.groups import OPTIMIZER_OPTIONS, PRECISION, SCHEDULER_OPTIONS, ZERO, group_options
 
 WORLD_SIZES = (1, 2, 8)
 TARGETS = ("0.19.8", "0.19.5")
@@ -31,6 +37,34 @@ EXPECTED_REFUSALS = (
     "is not compatible with ZeRO",  # amp or 1-bit optimizers with ZeRO
     "ZeRO has not been tested with",  # untested optimizer with ZeRO
 )
+
+
+REQUIRED_PARAMS = {
+    "warmup_decay": {"total_num_steps": 100},
+    "warmup_cosine": {"total_num_steps": 100},
+    "one_cycle": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3},
+}
+# What DeepSpeed keeps of optimizer/scheduler params is the dict it was given (their defaults live in the
+# constructors: tests/schema checks dsconf's against them), so these two are compared apart.
+PARAMS_STATE = ("optimizer_params", "scheduler_params")
+
+
+def minimal_config(combo: Tuple[str, str, str, str]) -> Dict[str, Any]:
+    """The combination in DeepSpeed's own terms: only the keys the chosen options set."""
+    precision, zero, optimizer, scheduler = combo
+    out: Dict[str, Any] = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+                           **copy.deepcopy(PRECISION[precision]), "zero_optimization": copy.deepcopy(ZERO[zero])}
+    if optimizer != "none":
+        out["optimizer"] = {"type": OPTIMIZER_OPTIONS[optimizer], "params": {}}
+    if scheduler != "none":
+        out["scheduler"] = {"type": SCHEDULER_OPTIONS[scheduler], "params": dict(REQUIRED_PARAMS.get(scheduler, {}))}
+    return out
+
+
+def _state_differences(exported: Dict[str, Any], minimal: Dict[str, Any]) -> List[str]:
+    keys = (set(exported) | set(minimal)) - set(PARAMS_STATE)
+    return [f"{k}: export {exported.get(k)!r} != minimal {minimal.get(k)!r}" for k in sorted(keys)
+            if exported.get(k) != minimal.get(k)]
 
 
 def combinations() -> List[Tuple[str, str, str, str]]:
@@ -124,3 +158,34 @@ def test_deepspeed_0195_accepts_what_dsconf_accepts_for_it(exported):
                                                        for r in rows])
     assert out["version"] == "0.19.5"
     _check_against(out["results"], rows)
+
+
+def _minimal_pairs(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    return [{"config": minimal_config(tuple(r["combo"])), "world_size": r["world_size"]} for r in rows]
+
+
+def _check_defaults(exported_results: List[Dict[str, Any]], minimal_results: List[Dict[str, Any]],
+                    rows: List[Dict[str, Any]]) -> None:
+    failures = []
+    for row, ours, theirs in zip(rows, exported_results, minimal_results):
+        assert ours["ok"] and theirs["ok"], (row["combo"], ours.get("error"), theirs.get("error"))
+        diff = _state_differences(ours["state"], theirs["state"])
+        if diff:
+            failures.append((row["combo"], row["world_size"], diff[:5]))
+    assert not failures, failures[:10]
+
+
+def test_exports_mean_what_a_minimal_config_means_to_deepspeed(exported, deepspeed_parse):
+    """dsconf's defaults are DeepSpeed's: the export and the bare choice parse to the same state."""
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
+    ours = [deepspeed_parse(r["config"], r["world_size"]) for r in rows]
+    theirs = [deepspeed_parse(p["config"], p["world_size"]) for p in _minimal_pairs(rows)]
+    _check_defaults(ours, theirs, rows)
+
+
+@pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
+def test_exports_mean_what_a_minimal_config_means_to_deepspeed_0195(exported):
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.5"][::3]  # one world size in three
+    cases = [{"config": r["config"], "world_size": r["world_size"]} for r in rows] + _minimal_pairs(rows)
+    results = parse_with_other_deepspeed(ds0195_python(), cases)["results"]
+    _check_defaults(results[:len(rows)], results[len(rows):], rows)

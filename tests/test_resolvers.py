@@ -70,3 +70,21 @@ def test_impossible_triple_fails_on_read_with_the_keys_named():
     with pytest.raises(Exception, match="deepspeed.train_batch_size") as info:
         OmegaConf.to_container(cfg.deepspeed, resolve=True)
     assert "32 or 34" in str(info.value)
+
+
+def test_deepspeeds_sequence_parallel_size_divides_the_world_as_in_deepspeed(deepspeed_parse):
+    """One fact: deepspeed.sequence_parallel_size, read by dsconf's triple and by DeepSpeed's parser alike."""
+    import dsconf
+
+    overrides = ["deepspeed.train_micro_batch_size_per_gpu=4", "deepspeed.gradient_accumulation_steps=2",
+                 "deepspeed.sequence_parallel_size=2"]
+    cfg = compose_config([*overrides, "dist.nproc_per_node=4"])
+    assert triple(cfg) == (16, 4, 2)  # data-parallel size 4 / 2 = 2
+    exported = dsconf.compose(overrides, world_size=4)
+    assert exported["sequence_parallel_size"] == 2 and exported["train_batch_size"] == 16
+    result = deepspeed_parse(exported, 4)
+    assert result["ok"], result["error"]
+    assert result["triple"] == [16, 4, 2]
+    # and DeepSpeed's own derivation from the minimal input agrees
+    minimal = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "sequence_parallel_size": 2}
+    assert deepspeed_parse(minimal, 4)["triple"] == [16, 4, 2]

@@ -187,9 +187,19 @@ def test_new_keys_at_defaults_omitted_from_0195_export():
     assert new["zero_optimization"]["compute_grad_norm"] is True
     assert new["zero_optimization"]["parameter_alignment"] is False
     trimmed = copy.deepcopy(new)
-    del trimmed["gradient_allreduce_op"]
+    del trimmed["gradient_allreduce_op"], trimmed["disable_python_gc"]
     del trimmed["zero_optimization"]["compute_grad_norm"], trimmed["zero_optimization"]["parameter_alignment"]
     assert trimmed == old  # nothing else differs between the two targets for this config
+    # ... and those are exactly the keys the schema marks as new in 0.19.8 that this config holds
+    from dsconf.schema.deepspeed import DeepSpeedConfig
+    from dsconf.schema.introspect import fields_of
+    from dsconf.schema.zero import ZeroOptimizationConfig
+
+    new_keys = {k for k, (_, f) in fields_of(DeepSpeedConfig).items() if f.metadata.get("since") == NEW} & set(new)
+    new_keys |= {f"zero_optimization.{k}" for k, (_, f) in fields_of(ZeroOptimizationConfig).items()
+                 if f.metadata.get("since") == NEW} & {f"zero_optimization.{k}" for k in new["zero_optimization"]}
+    assert new_keys == {"gradient_allreduce_op", "disable_python_gc", "zero_optimization.compute_grad_norm",
+                        "zero_optimization.parameter_alignment"}
 
 
 # --- which version is targeted ------------------------------------------------------------------------------------

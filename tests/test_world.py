@@ -34,11 +34,14 @@ def test_env_world_size():
 
 
 def test_data_parallel_size():
-    dist = {"nproc_per_node": 4, "nnodes": "2", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
-            "sequence_parallel_size": 1}
+    dist = {"nproc_per_node": 4, "nnodes": "2", "tensor_parallel_size": 2, "pipeline_parallel_size": 1}
     assert dist_world_size(dist) == 8
     assert data_parallel_size(dist, environ={}) == 4
     assert data_parallel_size(dist, world_size=16) == 8
     assert data_parallel_size(dist, environ={"WORLD_SIZE": "4"}) == 2
     with pytest.raises(ConfigError, match="not divisible"):
         data_parallel_size({**dist, "tensor_parallel_size": 3}, environ={})
+    # DeepSpeed's own sequence_parallel_size divides too
+    assert data_parallel_size(dist, sequence_parallel_size=2, environ={}) == 2
+    with pytest.raises(ConfigError, match="not divisible"):
+        data_parallel_size(dist, sequence_parallel_size=3, environ={})

@@ -60,3 +60,13 @@ def hf_auto(default: Any, help: str, filled_from: str, type: Any, **constraints:
     what validation and ``describe`` use.
     """
     return doc(default, help, auto=filled_from, type=type, **constraints)
+
+
+def section(model: type, help: str, **metadata: Any) -> Any:
+    """A top-level section that is null until the user writes into it (DeepSpeed then applies its defaults).
+
+    Annotate it ``Any``: a typed null node cannot take a dotted override (``deepspeed.tensorboard.enabled=true``
+    fails in OmegaConf), and untouched sections then cost composition nothing. Its keys are checked against
+    ``model`` by dsconf's validation, which reads the declared type.
+    """
+    return doc(None, help, type=Optional[model], **metadata)

@@ -1,4 +1,8 @@
-"""Launch settings under ``dist``: torchrun's knobs, and the parallel sizes that divide the world."""
+"""Launch settings under ``dist``: torchrun's knobs, and the model parallel sizes that divide the world.
+
+The sequence parallel size is DeepSpeed's own key, ``deepspeed.sequence_parallel_size`` (DeepSpeed divides the
+world size by it too), so it lives there and nowhere else.
+"""
 
 from __future__ import annotations
 
@@ -23,4 +27,3 @@ class DistConfig:
     timeout: Optional[float] = doc(None, "Seconds before a running job is stopped; null = no limit", gt=0)
     tensor_parallel_size: int = doc(1, "Model (tensor) parallel size; divides the data-parallel size", ge=1)
     pipeline_parallel_size: int = doc(1, "Pipeline parallel size; divides the data-parallel size", ge=1)
-    sequence_parallel_size: int = doc(1, "Sequence parallel size; divides the data-parallel size", ge=1)

@@ -104,5 +104,26 @@ def describe(path: str = "", root: type = DsconfConfig, types: Optional[Dict[str
 
 def type_name(tp: Any) -> str:
     inner, optional = unwrap_optional(tp)
+    if typing.get_origin(inner) is typing.Union:
+        return " | ".join(type_name(a) for a in typing.get_args(inner))
     name = getattr(inner, "__name__", None) or str(inner).replace("typing.", "")
     return f"{name} | null" if optional else name
+
+
+def with_defaults(value: Any, cls: Optional[type]) -> Any:
+    """``value`` with every key its model declares filled with the schema's (DeepSpeed's) default; sections that
+    are null by default stay absent. Two configs that mean the same thing to DeepSpeed are equal this way."""
+    if not isinstance(value, dict) or cls is None or not dataclasses.is_dataclass(cls):
+        return value
+    out = dict(value)
+    for name, (tp, field) in fields_of(cls).items():
+        inner, _ = unwrap_optional(tp)
+        if name not in out:
+            default = default_of(field)
+            if default is None or default is dataclasses.MISSING:
+                continue
+            out[name] = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
+        sub = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, name, out if name == "params"
+                                                                          else out[name])
+        out[name] = with_defaults(out[name], sub)
+    return out

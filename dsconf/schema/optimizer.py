@@ -9,17 +9,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from dsconf.schema._field import doc
+from dsconf.schema._field import doc, hf_auto
 
 BETAS = [0.9, 0.999]
 
 
+# What HF Transformers' Trainer fills an "auto" value of these keys from (whatever the type).
+HF_FILLED_PARAMS: Dict[str, str] = {
+    "lr": "TrainingArguments.learning_rate",
+    "betas": "TrainingArguments.adam_beta1, adam_beta2",
+    "eps": "TrainingArguments.adam_epsilon",
+    "weight_decay": "TrainingArguments.weight_decay",
+}
+HF = HF_FILLED_PARAMS
+
+
 @dataclass
 class AdamParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for running averages of the gradient and its square")
-    eps: float = doc(1e-8, "Term added to the denominator for numerical stability", ge=0)
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
+    betas: Any = hf_auto(BETAS, "Coefficients for running averages of the gradient and its square",
+                         HF["betas"], List[float])
+    eps: Any = hf_auto(1e-8, "Term added to the denominator for numerical stability", HF["eps"], float, ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
     bias_correction: bool = doc(True, "Apply Adam's bias correction")
     adam_w_mode: bool = doc(True, "Decoupled weight decay; DeepSpeed's 'Adam' is AdamW unless this is false")
     torch_adam: bool = doc(False, "Use torch.optim's implementation instead of DeepSpeed's fused one")
@@ -29,11 +40,11 @@ class AdamParams:
 class _MomentParams:
     """Keys shared by DeepSpeed's Lamb and 1-bit optimizers (their constructors' common arguments)."""
 
-    lr: float = doc(1e-3, "Learning rate", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for running averages")
-    eps: float = doc(1e-8, "Numerical stability term", ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
+    betas: Any = hf_auto(BETAS, "Coefficients for running averages", HF["betas"], List[float])
+    eps: Any = hf_auto(1e-8, "Numerical stability term", HF["eps"], float, ge=0)
     eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
     bias_correction: bool = doc(True, "Apply bias correction")
 
 
@@ -76,24 +87,24 @@ class OneBitLambParams(_CompressedParams):
 
 @dataclass
 class LionParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
-    betas: List[float] = doc(BETAS, "Coefficients for the update and the momentum")
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
+    betas: Any = hf_auto(BETAS, "Coefficients for the update and the momentum", HF["betas"], List[float])
+    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
 
 
 @dataclass
 class AdagradParams:
-    lr: float = doc(1e-2, "Learning rate", ge=0)
-    eps: float = doc(1e-10, "Numerical stability term", ge=0)
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
+    lr: Any = hf_auto(1e-2, "Learning rate", HF["lr"], float, ge=0)
+    eps: Any = hf_auto(1e-10, "Numerical stability term", HF["eps"], float, ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
 
 
 @dataclass
 class SGDParams:
-    lr: float = doc(1e-3, "Learning rate", ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
     momentum: float = doc(0.0, "Momentum factor", ge=0)
     dampening: float = doc(0.0, "Dampening for momentum", ge=0)
-    weight_decay: float = doc(0.0, "Weight decay", ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
     nesterov: bool = doc(False, "Nesterov momentum")
 
 

@@ -1,16 +1,20 @@
-"""Precision sections: ``fp16``, ``bf16`` (legacy ``bfloat16``), ``amp`` and ``torch_autocast``."""
+"""Precision sections: ``fp16``, ``bf16`` (legacy ``bfloat16``), ``amp`` (removed in DeepSpeed 0.19.8) and
+``torch_autocast``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, ClassVar, List, Optional
 
-from dsconf.schema._field import doc
+from dsconf.schema._field import doc, hf_auto
 
 
 @dataclass
 class FP16Config:
-    enabled: bool = doc(False, "Train in fp16 mixed precision (needs a GPU)")
+    deepspeed_model: ClassVar[str] = "deepspeed.runtime.precision_config.DeepSpeedFP16Config"
+
+    enabled: Any = hf_auto(False, "Train in fp16 mixed precision (needs a GPU)",
+                           "TrainingArguments.fp16 / fp16_full_eval", bool)
     auto_cast: bool = doc(False, "Cast inputs to fp16 automatically")
     loss_scale: float = doc(0.0, "Static loss scale; 0 means dynamic loss scaling", ge=0)
     initial_scale_power: int = doc(16, "Dynamic loss scaling starts at 2**initial_scale_power")
@@ -23,7 +27,9 @@ class FP16Config:
 
 @dataclass
 class BF16Config:
-    enabled: bool = doc(False, "Train in bfloat16 mixed precision")
+    deepspeed_model: ClassVar[str] = "deepspeed.runtime.precision_config.DeepSpeedBF16Config"
+
+    enabled: Any = hf_auto(False, "Train in bfloat16 mixed precision", "TrainingArguments.bf16 / bf16_full_eval", bool)
     immediate_grad_update: bool = doc(False, "Apply gradient updates immediately rather than delayed")
     check_grad_overflow: bool = doc(True, "Skip the optimizer step when gradients overflow")
     bf16_master_weights_and_grads: bool = doc(False, "Keep master weights and grads in bf16 (ZeRO 1-3 only)")
@@ -34,8 +40,10 @@ class BF16Config:
 class AmpConfig:
     """NVIDIA Apex AMP; everything but ``enabled`` is passed to ``apex.amp.initialize``."""
 
-    enabled: bool = doc(True, "Train with Apex AMP (needs a GPU and apex)")
-    opt_level: Optional[str] = doc("O1", "Apex optimisation level", choices=["O0", "O1", "O2", "O3"])
+    enabled: Any = hf_auto(True, "Train with Apex AMP (needs a GPU and apex)",
+                           "TrainingArguments.fp16 with fp16_backend=apex", bool)
+    opt_level: Any = hf_auto("O1", "Apex optimisation level", "TrainingArguments.fp16_opt_level", Optional[str],
+                             choices=["O0", "O1", "O2", "O3"])
     cast_model_type: Optional[str] = doc(None, "Apex: dtype to cast the model to")
     patch_torch_functions: Optional[bool] = doc(None, "Apex: patch torch functions to run in fp16")
     keep_batchnorm_fp32: Optional[bool] = doc(None, "Apex: keep batchnorm weights in fp32")

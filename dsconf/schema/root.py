@@ -28,3 +28,4 @@ class DsconfConfig:
     deepspeed: DeepSpeedConfig = doc(DeepSpeedConfig(), "DeepSpeed's configuration, in its JSON vocabulary")
     dist: DistConfig = doc(DistConfig(), "How the job is launched (torchrun's knobs)")
     deepspeed_version: Optional[str] = doc(None, "DeepSpeed version the config targets; null = the installed one")
+    keep_auto: bool = doc(False, "The config goes to HF Trainer/Accelerate: keep HF's 'auto' values for them to fill")

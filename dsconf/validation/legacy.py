@@ -5,10 +5,12 @@ A legacy key given together with its replacement is a conflict, as it is for Dee
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Dict, List
 
-from dsconf.errors import Problem
+from dsconf.errors import Problem, join_path
+from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
 
 
 class LegacyKeyWarning(UserWarning):
@@ -23,9 +25,44 @@ def _offload_set(block: Any) -> bool:
     return isinstance(block, dict) and block.get("device", "none") != "none"
 
 
+# Legacy keys whose value changes shape when translated (below); every other ``legacy=`` field is a plain rename.
+TRANSLATED = {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "fp32_allreduce", "bfloat16"}
+
+
+def translate_legacy_forms(ds: Dict[str, Any], prefix: str = "deepspeed") -> None:
+    """Old forms of a whole section, rewritten before the section is read: ``"zero_optimization": true``."""
+    zero = ds.get("zero_optimization")
+    if isinstance(zero, bool):
+        ds["zero_optimization"] = {"stage": int(zero)}
+        _warn(f"{prefix}.zero_optimization={str(zero).lower()} is DeepSpeed's old form; translated to "
+              f"{prefix}.zero_optimization.stage={int(zero)}")
+
+
+def rename_deprecated(value: Dict[str, Any], cls: type, path: str, problems: List[Problem]) -> None:
+    """Deprecated spellings (``legacy=`` naming a sibling) renamed in place, recursively, one warning each."""
+    for name, (tp, field) in fields_of(cls).items():
+        new = field.metadata.get("legacy")
+        if name in value and new and name not in TRANSLATED and value[name] is not None:
+            # a composed config always holds the replacement, at its default unless the user set it
+            replacement = fields_of(cls).get(new)
+            default = default_of(replacement[1]) if replacement else None
+            if value.get(new) is not None and value.get(new) != default:
+                problems.append(Problem(join_path(path, name), f"deprecated key given together with {new}",
+                                        f"keep only {join_path(path, new)}"))
+                continue
+            value[new] = value.pop(name)
+            _warn(f"{join_path(path, name)} is deprecated; translated to {join_path(path, new)}")
+        inner, _ = unwrap_optional(tp)
+        if dataclasses.is_dataclass(inner) and isinstance(value.get(name), dict):
+            rename_deprecated(value[name], inner, join_path(path, name), problems)
+
+
 def translate_legacy(ds: Dict[str, Any], prefix: str = "deepspeed") -> List[Problem]:
     """Rewrite legacy keys of ``ds`` in place; return conflicts."""
+    from dsconf.schema.deepspeed import DeepSpeedConfig
+
     problems: List[Problem] = []
+    rename_deprecated(ds, DeepSpeedConfig, prefix, problems)
     zero = ds.get("zero_optimization")
     if isinstance(zero, dict):
         for old, new in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_param")):

@@ -1,30 +1,68 @@
-"""Cross-field rules: combinations DeepSpeed refuses at parse time or only at ``deepspeed.initialize``.
+"""Cross-field rules: combinations DeepSpeed refuses at parse time or only at ``deepspeed.initialize``, and the
+few that dsconf refuses although DeepSpeed runs them (because DeepSpeed silently ignores what the user wrote).
 
 Each rule reads the translated config dict and returns the problems it finds; ``RULES`` runs them all so a
-user sees every problem at once.
+user sees every problem at once. Each rule says who enforces it (``enforced_by``): DeepSpeed's parser
+("parse"), DeepSpeed's engine ("initialize", with the text of its refusal), or dsconf alone (None, with
+``why``). A value left as HF's "auto" is unknown until HF fills it: rules skip it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Dict, List
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
 
 from dsconf.errors import Problem
+from dsconf.schema.introspect import default_of, fields_of
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
-from dsconf.schema.zero import OffloadOptimizerConfig, OffloadParamConfig
+from dsconf.schema.zero import OFFLOAD_BLOCKS, OffloadOptimizerConfig, OffloadParamConfig
+from dsconf.validation.normalize import is_auto
 
 P = "deepspeed"
+Check = Callable[[Dict[str, Any]], List[Problem]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    check: Check
+    enforced_by: Optional[str]  # "parse", "initialize" or None (dsconf's own)
+    deepspeed_says: str = ""  # initialize-time rules: DeepSpeed's own refusal text, as in its source
+    why: str = ""  # dsconf's own rules: why dsconf refuses what DeepSpeed runs
+
+    @property
+    def name(self) -> str:
+        return self.check.__name__
+
+
+RULES: List[Rule] = []
+
+
+def rule(enforced_by: Optional[str], *, deepspeed_says: str = "", why: str = "") -> Callable[[Check], Check]:
+    assert enforced_by in ("parse", "initialize", None) and (enforced_by or why)
+    assert enforced_by != "initialize" or deepspeed_says
+
+    def register(check: Check) -> Check:
+        RULES.append(Rule(check, enforced_by, deepspeed_says, why))
+        return check
+
+    return register
 
 
 def _enabled(ds: Dict[str, Any], section: str) -> bool:
     block = ds.get(section)
-    return isinstance(block, dict) and bool(block.get("enabled", False))
+    return isinstance(block, dict) and block.get("enabled", False) is True
 
 
-def _stage(ds: Dict[str, Any]) -> int:
+def _stage(ds: Dict[str, Any]) -> Optional[int]:
+    """The ZeRO stage, or None while it is unknown ("auto")."""
     zero = ds.get("zero_optimization") or {}
     stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
-    return stage if isinstance(stage, int) else 0
+    return stage if isinstance(stage, int) and not isinstance(stage, bool) else None
+
+
+def _number(value: Any, default: float) -> float:
+    """A numeric setting, or ``default`` while it is "auto"."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def _optimizer_spec(ds: Dict[str, Any]):
@@ -34,6 +72,7 @@ def _optimizer_spec(ds: Dict[str, Any]):
     return None, None
 
 
+@rule("parse")
 def one_precision(ds: Dict[str, Any]) -> List[Problem]:
     on = [s for s in ("fp16", "bf16", "amp") if _enabled(ds, s)]
     if len(on) > 1:
@@ -42,6 +81,7 @@ def one_precision(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
+@rule("parse")
 def master_weights_need_zero(ds: Dict[str, Any]) -> List[Problem]:
     problems = []
     for section, key in (("fp16", "fp16_master_weights_and_grads"), ("bf16", "bf16_master_weights_and_grads"),
@@ -56,49 +96,88 @@ def master_weights_need_zero(ds: Dict[str, Any]) -> List[Problem]:
     return problems
 
 
+@rule("parse")
 def dynamic_loss_scale_settings(ds: Dict[str, Any]) -> List[Problem]:
     fp16 = ds.get("fp16") or {}
     problems = []
-    if fp16.get("enabled") and fp16.get("loss_scale", 0) == 0:
+    if fp16.get("enabled") is True and fp16.get("loss_scale", 0) == 0:
         for key in ("loss_scale_window", "min_loss_scale"):
             if fp16.get(key, 1) <= 0:
                 problems.append(Problem(f"{P}.fp16.{key}", "must be > 0 with dynamic loss scaling (loss_scale=0)"))
     return problems
 
 
-def zero_stage_options(ds: Dict[str, Any]) -> List[Problem]:
+@rule("parse")
+def partial_offload_needs_stage3(ds: Dict[str, Any]) -> List[Problem]:
+    offload = (ds.get("zero_optimization") or {}).get("offload_optimizer") or {}
+    if _number(offload.get("ratio"), 1.0) < 1.0 and _stage(ds) not in (3, None):
+        return [Problem(f"{P}.zero_optimization.offload_optimizer.ratio",
+                        "partial optimizer offload (ratio < 1) needs ZeRO stage 3", "choose zero=stage3")]
+    return []
+
+
+def _offloads(ds: Dict[str, Any], key: str) -> bool:
+    device = ((ds.get("zero_optimization") or {}).get(key) or {}).get("device", "none")
+    return device in ("cpu", "nvme")
+
+
+@rule(None, why="DeepSpeed silently runs without optimizer offload at stage 0")
+def optimizer_offload_needs_zero(ds: Dict[str, Any]) -> List[Problem]:
+    if _offloads(ds, "offload_optimizer") and _stage(ds) == 0:
+        return [Problem(f"{P}.zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage >= 1",
+                        "choose zero=stage1_offload|stage2_offload|stage3_offload")]
+    return []
+
+
+@rule(None, why="DeepSpeed silently keeps parameters on the GPU below stage 3")
+def param_offload_needs_stage3(ds: Dict[str, Any]) -> List[Problem]:
+    if _offloads(ds, "offload_param") and _stage(ds) not in (3, None):
+        return [Problem(f"{P}.zero_optimization.offload_param", "parameter offload needs ZeRO stage 3",
+                        "choose zero=stage3_offload")]
+    return []
+
+
+@rule(None, why="DeepSpeed fails only when it creates its swap files, inside deepspeed.initialize on every rank")
+def nvme_offload_needs_path(ds: Dict[str, Any]) -> List[Problem]:
     zero = ds.get("zero_optimization") or {}
-    stage = _stage(ds)
+    return [Problem(f"{P}.zero_optimization.{key}.nvme_path", "is required with device=nvme")
+            for key in OFFLOAD_BLOCKS if (zero.get(key) or {}).get("device") == "nvme"
+            and not (zero.get(key) or {}).get("nvme_path")]
+
+
+@rule(None, why="DeepSpeed silently ignores an offload block's settings while its device is 'none'")
+def offload_settings_need_device(ds: Dict[str, Any]) -> List[Problem]:
+    zero = ds.get("zero_optimization") or {}
     problems = []
-    offload = zero.get("offload_optimizer") or {}
-    if offload.get("ratio", 1.0) < 1.0 and stage != 3:
-        problems.append(Problem(f"{P}.zero_optimization.offload_optimizer.ratio",
-                                "partial optimizer offload (ratio < 1) needs ZeRO stage 3", "choose zero=stage3"))
-    if offload.get("device", "none") != "none" and stage == 0:
-        problems.append(Problem(f"{P}.zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage >= 1",
-                                "choose zero=stage1_offload|stage2_offload|stage3_offload"))
-    if (zero.get("offload_param") or {}).get("device", "none") != "none" and stage != 3:
-        problems.append(Problem(f"{P}.zero_optimization.offload_param", "parameter offload needs ZeRO stage 3",
-                                "choose zero=stage3_offload"))
     for key, model in (("offload_optimizer", OffloadOptimizerConfig), ("offload_param", OffloadParamConfig)):
         block = zero.get(key) or {}
-        if block.get("device") == "nvme" and not block.get("nvme_path"):
-            problems.append(Problem(f"{P}.zero_optimization.{key}.nvme_path", "is required with device=nvme"))
-        defaults = dataclasses.asdict(model())
-        changed = [k for k, v in block.items() if k != "device" and k in defaults and v != defaults[k]]
+        defaults = {name: default_of(field) for name, (_, field) in fields_of(model).items()}
+        changed = [k for k, v in block.items() if k != "device" and k in defaults and v != defaults[k]
+                   and not is_auto(v)]
         if block.get("device", "none") == "none" and changed:
             problems.append(Problem(f"{P}.zero_optimization.{key}.{changed[0]}",
                                     f"has no effect while {key}.device is 'none'",
                                     f"set {P}.zero_optimization.{key}.device=cpu or nvme"))
-    if zero.get("compute_grad_norm") is False and stage not in (1, 2):
-        problems.append(Problem(f"{P}.zero_optimization.compute_grad_norm",
-                                "false is supported only with ZeRO stage 1 or 2"))
-    if str(ds.get("gradient_allreduce_op", "mean")).lower() == "sum" and stage == 3:
-        problems.append(Problem(f"{P}.gradient_allreduce_op", "'sum' is not supported with ZeRO stage 3",
-                                "use 'mean' or a lower stage"))
     return problems
 
 
+@rule("parse")
+def compute_grad_norm_needs_stage_1_or_2(ds: Dict[str, Any]) -> List[Problem]:
+    zero = ds.get("zero_optimization") or {}
+    if zero.get("compute_grad_norm") is False and _stage(ds) not in (1, 2, None):
+        return [Problem(f"{P}.zero_optimization.compute_grad_norm", "false is supported only with ZeRO stage 1 or 2")]
+    return []
+
+
+@rule("parse")
+def allreduce_sum_not_with_stage3(ds: Dict[str, Any]) -> List[Problem]:
+    if str(ds.get("gradient_allreduce_op", "mean")).lower() == "sum" and _stage(ds) == 3:
+        return [Problem(f"{P}.gradient_allreduce_op", "'sum' is not supported with ZeRO stage 3",
+                        "use 'mean' or a lower stage")]
+    return []
+
+
+@rule("initialize", deepspeed_says="Amp and ZeRO are not currently compatible")
 def amp_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     if _enabled(ds, "amp") and _stage(ds) > 0:
         return [Problem(f"{P}.amp.enabled", "Apex AMP is not compatible with ZeRO (DeepSpeed fails at initialize)",
@@ -106,21 +185,37 @@ def amp_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-def optimizer_with_zero(ds: Dict[str, Any]) -> List[Problem]:
+@rule("initialize", deepspeed_says="is not compatible with ZeRO")
+def one_bit_optimizers_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     spec, name = _optimizer_spec(ds)
-    stage = _stage(ds)
-    if name is None or stage == 0:
-        return []
-    if spec is not None and spec.one_bit:
+    if spec is not None and spec.one_bit and _stage(ds) not in (0, None):
         return [Problem(f"{P}.optimizer.type", f"{name} is not compatible with ZeRO (DeepSpeed fails at initialize)",
                         "use zero=stage0, or Adam/AdamW with ZeRO")]
+    return []
+
+
+@rule("initialize", deepspeed_says="You are using an untested ZeRO Optimizer")
+def untested_optimizer_with_zero(ds: Dict[str, Any]) -> List[Problem]:
+    spec, name = _optimizer_spec(ds)
+    if name is None or _stage(ds) in (0, None) or (spec is not None and spec.one_bit):
+        return []
     tested = spec.zero_tested if spec is not None else False
-    if not tested and not ds.get("zero_allow_untested_optimizer", False):
+    if not tested and ds.get("zero_allow_untested_optimizer", False) is not True:
         return [Problem(f"{P}.optimizer.type", f"ZeRO has not been tested with {name}; DeepSpeed refuses it at "
                         "initialize", f"set {P}.zero_allow_untested_optimizer=true, or use Adam/AdamW/Adagrad/Lion")]
     return []
 
 
+@rule("initialize", deepspeed_says="'max_grad_norm' is not supported as an optimizer parameter")
+def no_max_grad_norm_in_optimizer_params(ds: Dict[str, Any]) -> List[Problem]:
+    params = (ds.get("optimizer") or {}).get("params") or {}
+    if isinstance(params, dict) and "max_grad_norm" in params:
+        return [Problem(f"{P}.optimizer.params.max_grad_norm", "DeepSpeed refuses max_grad_norm here (at initialize)",
+                        f"use {P}.gradient_clipping instead")]
+    return []
+
+
+@rule("initialize", deepspeed_says="optimizer requires dynamic loss scaling")
 def lamb_needs_dynamic_loss_scale(ds: Dict[str, Any]) -> List[Problem]:
     spec, name = _optimizer_spec(ds)
     if spec is not None and spec.needs_dynamic_loss_scale and (ds.get("fp16") or {}).get("loss_scale", 0) != 0:
@@ -129,6 +224,7 @@ def lamb_needs_dynamic_loss_scale(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
+@rule(None, why="DeepSpeed fails only when a sparse attention layer builds its layout, after launch")
 def sparse_attention_layout(ds: Dict[str, Any]) -> List[Problem]:
     sparse = ds.get("sparse_attention")
     if not isinstance(sparse, dict):
@@ -146,25 +242,14 @@ def sparse_attention_layout(ds: Dict[str, Any]) -> List[Problem]:
     return problems
 
 
-RULES: List[Callable[[Dict[str, Any]], List[Problem]]] = [
-    one_precision,
-    master_weights_need_zero,
-    dynamic_loss_scale_settings,
-    zero_stage_options,
-    amp_without_zero,
-    optimizer_with_zero,
-    lamb_needs_dynamic_loss_scale,
-    sparse_attention_layout,
-]
-
-
-def check_rules(ds: Dict[str, Any]) -> List[Problem]:
-    """Every rule's problems. A rule that meets a value of the wrong type (already reported by the schema
-    check) has nothing to add."""
+def check_rules(ds: Dict[str, Any], *, structure_ok: bool = True) -> List[Problem]:
+    """Every rule's problems. When the schema check already found problems, a rule that trips over a value of
+    the wrong type has nothing to add; on a well-formed config a rule that raises is a bug and propagates."""
     problems: List[Problem] = []
-    for rule in RULES:
+    for each in RULES:
         try:
-            problems.extend(rule(ds))
+            problems.extend(each.check(ds))
         except (TypeError, AttributeError, KeyError, ValueError):
-            continue
+            if structure_ok:
+                raise
     return problems

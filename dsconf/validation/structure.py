@@ -16,9 +16,11 @@ from dsconf.schema.introspect import default_of, dynamic_model, fields_of, unwra
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, OptimizerConfig
 from dsconf.schema.scheduler import SchedulerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
+from dsconf.validation.normalize import deepspeed_auto, is_auto
 from dsconf.versions import at_least, known_in
 
 MISSING_VALUE = "???"
+MAX_GRAD_NORM = "max_grad_norm"  # refused in optimizer params by DeepSpeed's engine: see rules
 
 
 def check_model(value: Any, cls: type, path: str, target: str, problems: List[Problem]) -> None:
@@ -29,15 +31,28 @@ def check_model(value: Any, cls: type, path: str, target: str, problems: List[Pr
     fields = fields_of(cls)
     for key in value:
         if key not in fields:
-            problems.append(Problem(join_path(path, key), "unknown key", did_you_mean(str(key), fields)))
+            problems.append(unknown_key(cls, fields, path, key, value[key]))
     for name, (tp, field) in fields.items():
         if name in value:
             check_field(value[name], tp, field, cls, value, join_path(path, name), target, problems)
 
 
+def unknown_key(cls: type, fields: typing.Mapping[str, Any], path: str, key: Any, value: Any) -> Problem:
+    """An unknown key: DeepSpeed's pydantic sections refuse it; everywhere else DeepSpeed silently ignores it."""
+    message = "unknown key" if getattr(cls, "deepspeed_model", None) else "unknown key: DeepSpeed ignores it"
+    inner = [k for k in value if k in fields] if isinstance(value, dict) else []
+    if inner:  # a wrapper such as {"monitor_config": {"csv_monitor": ...}}
+        where = path or "the top level"
+        return Problem(join_path(path, key), message, f"DeepSpeed reads {', '.join(map(str, inner))} at {where}: "
+                       f"move {'them' if len(inner) > 1 else 'it'} out of {key}")
+    return Problem(join_path(path, key), message, did_you_mean(str(key), fields))
+
+
 def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str, target: str,
                 problems: List[Problem]) -> None:
     meta = field.metadata
+    if is_auto(value) and not deepspeed_auto(field):
+        return  # HF's "auto" was judged when the config was normalized
     if isinstance(value, str) and value == MISSING_VALUE:
         problems.append(Problem(path, "is required but has no value", f"set {path}=<value>"))
         return
@@ -73,6 +88,9 @@ def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict,
                   problems: List[Problem]) -> None:
     """Sections whose model depends on a value inside them: optimizer, scheduler, sparse_attention."""
     if model is OptimizerConfig:
+        params = value.get("params") if isinstance(value, dict) else None
+        if isinstance(params, dict) and MAX_GRAD_NORM in params:  # a rule of its own says what to do instead
+            value = {**value, "params": {k: v for k, v in params.items() if k != MAX_GRAD_NORM}}
         check_model(value, OptimizerConfig, path, target, problems)
         check_optimizer_type(value, path, target, problems)
     elif model is SchedulerConfig:
@@ -91,9 +109,6 @@ def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict,
 def check_optimizer_type(value: dict, path: str, target: str, problems: List[Problem]) -> None:
     type_name = value.get("type")
     params = value.get("params") or {}
-    if isinstance(params, dict) and "max_grad_norm" in params:
-        problems.append(Problem(join_path(path, "params.max_grad_norm"), "DeepSpeed refuses max_grad_norm here",
-                                "use deepspeed.gradient_clipping instead"))
     if not isinstance(type_name, str):
         return
     spec = DEEPSPEED_OPTIMIZERS.get(type_name.lower())
@@ -115,7 +130,7 @@ def check_optimizer_type(value: dict, path: str, target: str, problems: List[Pro
     if isinstance(params, dict):
         accepted = [p for p in inspect.signature(optimizer_class).parameters if p not in ("self", "params")]
         for key in params:
-            if key not in accepted and key != "max_grad_norm":
+            if key not in accepted:
                 problems.append(Problem(join_path(path, "params", key),
                                         f"torch.optim.{type_name} takes no argument {key!r}",
                                         did_you_mean(str(key), accepted)))

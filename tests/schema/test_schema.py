@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
+from typing import Any, List
 
 import pytest
 
@@ -17,17 +19,41 @@ from dsconf.schema import (
     ZeroOptimizationConfig,
 )
 from dsconf.schema.introspect import default_of, describe, fields_of
-from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS
-from dsconf.schema.scheduler import SCHEDULERS
+from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig
+from dsconf.schema.scheduler import SCHEDULERS, SchedulerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
 
-MODELS = [DsconfConfig, DeepSpeedConfig, FP16Config, BF16Config, ZeroOptimizationConfig, OffloadOptimizerConfig,
-          OffloadParamConfig, ActivationCheckpointingConfig, *SCHEDULERS.values(), *SPARSITY_MODES.values(),
-          *TORCH_OPTIMIZER_PARAMS.values(), *(s.params for s in DEEPSPEED_OPTIMIZERS.values() if s.params)]
+# Models reached only through a value (optimizer/scheduler type, sparsity mode), not through a field's type.
+DYNAMIC_MODELS = [OptimizerConfig, SchedulerConfig, *SCHEDULERS.values(), *SPARSITY_MODES.values(),
+                  *TORCH_OPTIMIZER_PARAMS.values(), *(s.params for s in DEEPSPEED_OPTIMIZERS.values() if s.params)]
+
+
+def _models_in(tp: Any) -> List[type]:
+    if dataclasses.is_dataclass(tp):
+        return [tp]
+    return [m for arg in typing.get_args(tp) for m in _models_in(arg)]
+
+
+def schema_models() -> List[type]:
+    """Every schema dataclass: those reachable from DsconfConfig through field types (declared ones included)."""
+    seen: List[type] = []
+    stack = [DsconfConfig, *DYNAMIC_MODELS]
+    while stack:
+        model = stack.pop(0)
+        if model in seen:
+            continue
+        seen.append(model)
+        for tp, _ in fields_of(model).values():
+            stack.extend(_models_in(tp))
+    return seen
+
+
+MODELS = schema_models()
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_field_has_a_one_line_description(model):
+    assert len(MODELS) > 60
     for name, (_, field) in fields_of(model).items():
         text = field.metadata.get("help", "")
         assert text and "\n" not in text and len(text) < 110, f"{model.__name__}.{name}"
@@ -58,7 +84,11 @@ def test_defaults_are_deepspeeds(ours, theirs_path):
     theirs = getattr(importlib.import_module(module), cls)
     by_json_name = {alias: default for alias, default in _pydantic_defaults(theirs).values()}
     by_json_name.update({name: f.default for name, f in theirs.model_fields.items()})
-    for name, (_, field) in fields_of(ours).items():
+    for name, (tp, field) in fields_of(ours).items():
+        if field.metadata.get("until") or field.metadata.get("legacy") and default_of(field) is None:
+            continue  # removed from the installed DeepSpeed / a legacy key, null until written
+        if _models_in(tp):
+            continue  # a nested section (tests/schema/test_sections.py checks each model, both directions)
         assert name in by_json_name, f"{ours.__name__}.{name} is not a DeepSpeed key"
         want = by_json_name[name]
         want = getattr(want, "value", want)

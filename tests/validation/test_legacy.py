@@ -236,3 +236,18 @@ def test_deprecated_key_with_replacement_in_yaml_is_an_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         compose_warned(yaml=yaml, tmp_path=tmp_path)
     assert info.value.paths == ["deepspeed.zero_optimization.cpu_offload"]
+
+
+def test_cpu_offload_keeps_the_users_other_offload_settings(deepspeed_parse):
+    """Translating cpu_offload=true adds the device and keeps what the user set in offload_optimizer."""
+    from dsconf.schema.introspect import default_of, fields_of
+    from dsconf.schema.zero import OffloadOptimizerConfig
+
+    pin = not default_of(fields_of(OffloadOptimizerConfig)["pin_memory"][1])
+    config, messages = compose_warned(["zero=stage2", "deepspeed.zero_optimization.cpu_offload=true",
+                                       f"deepspeed.zero_optimization.offload_optimizer.pin_memory={str(pin).lower()}",
+                                       "deepspeed.zero_optimization.offload_optimizer.buffer_count=7", MB])
+    assert len(messages) == 1, messages
+    parsed = deepspeed_reads(config).zero_config.offload_optimizer
+    assert (parsed.device, parsed.pin_memory, parsed.buffer_count) == ("cpu", pin, 7)
+    assert_deepspeed_parses_as_exported(config, deepspeed_parse)

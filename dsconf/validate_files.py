@@ -1,0 +1,101 @@
+"""``dsconf validate``: existing DeepSpeed config files checked with the same schema and rules as composition.
+
+Each file is read as DeepSpeed reads it, then goes through ``build_deepspeed_dict`` (the one implementation
+of every rule). Problems are reported with the file's own dotted paths (no ``deepspeed.`` prefix).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from dsconf.batch import BATCH_KEYS
+from dsconf.errors import ConfigError, Problem
+from dsconf.files import UnreadableConfig, read_config_file
+from dsconf.validation.normalize import is_auto
+
+PREFIX = "deepspeed."
+
+
+@dataclass
+class FileReport:
+    path: str
+    world_size: int = 1
+    exported: Optional[Dict[str, Any]] = None
+    problems: List[Problem] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    unreadable: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.unreadable and not self.problems
+
+
+def implied_world_size(config: Dict[str, Any]) -> int:
+    """The data-parallel size a config's own batch triple fits (all three given), else 1."""
+    values = [config.get(key) for key in BATCH_KEYS]
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        tb, mb, gas = values
+        if tb % (mb * gas) == 0:
+            return tb // (mb * gas)
+    return 1
+
+
+def has_auto(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(has_auto(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_auto(v) for v in value)
+    return is_auto(value)
+
+
+def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, target: Optional[str] = None,
+                 keep_auto: bool = False, path: str = "") -> FileReport:
+    """Validate one config dict. ``world_size`` counts all ranks (default: what the config's own batch triple
+    implies, else 1); DeepSpeed's ``sequence_parallel_size`` divides it, as DeepSpeed does."""
+    from dsconf.export import build_deepspeed_dict
+    from dsconf.versions import target_version
+    from dsconf.world import data_parallel_size
+
+    sequence = config.get("sequence_parallel_size")
+    sequence = sequence if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0 else 1
+    report = FileReport(path=path, world_size=world_size or implied_world_size(config) * sequence)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            data_parallel = data_parallel_size(None, sequence_parallel_size=sequence, world_size=report.world_size)
+            report.exported = build_deepspeed_dict(config, world_size=data_parallel, target=target_version(target),
+                                                   keep_auto=keep_auto)
+        except ConfigError as err:
+            report.problems = [Problem(_file_path(p.path), p.message, p.hint) for p in err.problems]
+    report.warnings = [str(w.message).replace(PREFIX, "") for w in caught]
+    return report
+
+
+def check_file(path: str, **options: Any) -> FileReport:
+    try:
+        config = read_config_file(path)
+    except UnreadableConfig as err:
+        return FileReport(path=path, unreadable=str(err))
+    return check_config(config, path=path, **options)
+
+
+def _file_path(path: str) -> str:
+    return path[len(PREFIX):] if path.startswith(PREFIX) else path
+
+
+def render(report: FileReport) -> List[str]:
+    if report.unreadable:
+        return [f"{report.unreadable}"]
+    lines = [f"{report.path}: warning: {w}" for w in report.warnings]
+    if report.ok:
+        ds = report.exported or {}
+        lines.append(f"{report.path}: OK (world size {report.world_size}: train_batch_size="
+                     f"{ds.get('train_batch_size')} micro={ds.get('train_micro_batch_size_per_gpu')} "
+                     f"gas={ds.get('gradient_accumulation_steps')})")
+    else:
+        count = len(report.problems)
+        lines.append(f"{report.path}: {count} problem{'s' if count > 1 else ''}:")
+        lines += [f"  - {p}" for p in report.problems]
+    return lines

@@ -1,0 +1,161 @@
+"""Spellings and values DeepSpeed accepts, brought to one canonical form before anything else reads them.
+
+- Aliases (``prefetch_bucket_size`` for ``stage3_prefetch_bucket_size``) become the field's own name; giving
+  both is a conflict, as it is for DeepSpeed.
+- In sections DeepSpeed parses with a pydantic model (``deepspeed_model`` on the schema class), values are
+  coerced as pydantic's lax mode does (``"1"`` -> 1, ``"true"`` -> True, ``5e8`` -> 500000000), so what is
+  exported has the type DeepSpeed would have turned it into.
+- HF's ``"auto"`` is legal only in keys HF Transformers/Accelerate fill (``auto`` in the field's metadata).
+  With ``keep_auto`` it stays (the config goes to HF, which fills it); without, it is a problem that says
+  where HF would take the value from and how to give it in Hydra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Dict, List, Optional
+
+from dsconf.errors import Problem, join_path
+from dsconf.schema.introspect import dynamic_model, fields_of, unwrap_optional
+
+AUTO = "auto"
+_TRUE = {"1", "on", "t", "true", "y", "yes"}
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+_NOT_COERCED = object()
+
+
+def is_auto(value: Any) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
+def auto_source(field: dataclasses.Field) -> Optional[str]:
+    """What HF Transformers/Accelerate fill an "auto" value of this field from (None: "auto" is not legal)."""
+    return field.metadata.get("auto")
+
+
+def coerce(value: Any, tp: Any) -> Any:
+    """``value`` as pydantic's lax mode turns it into ``tp``, or ``_NOT_COERCED`` (left for the type check)."""
+    inner, optional = unwrap_optional(tp)
+    if value is None:
+        return None if optional else _NOT_COERCED
+    origin = typing.get_origin(inner)
+    if origin in (list, List):
+        (item,) = typing.get_args(inner) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            return _NOT_COERCED
+        items = [coerce(v, item) for v in value]
+        return _NOT_COERCED if any(i is _NOT_COERCED for i in items) else items
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        return _NOT_COERCED
+    if inner is int:
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                number = float(value.strip()) if "." in value else int(value.strip())
+            except ValueError:
+                return _NOT_COERCED
+            return int(number) if float(number).is_integer() and "e" not in value.lower() else _NOT_COERCED
+        return _NOT_COERCED
+    if inner is float:
+        if isinstance(value, (bool, int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                return _NOT_COERCED
+        return _NOT_COERCED
+    return value if inner is not str or isinstance(value, str) else _NOT_COERCED
+
+
+def normalize(value: Any, cls: type, path: str, *, keep_auto: bool, problems: List[Problem]) -> Any:
+    """Canonical names and values for a section dict of model ``cls`` (a new dict; ``value`` is not changed)."""
+    if not isinstance(value, dict):
+        return value
+    fields = fields_of(cls)
+    aliases = {alias: name for name, (_, f) in fields.items() for alias in f.metadata.get("aliases", ())}
+    lax = bool(getattr(cls, "deepspeed_model", None))
+    out: Dict[str, Any] = {}
+    for key, item in value.items():
+        name = aliases.get(key, key)
+        if name != key and (name in value or name in out):
+            problems.append(Problem(join_path(path, key), f"is another spelling of {name}, which is also given",
+                                    f"keep only {join_path(path, name)}"))
+            continue
+        out[name] = item
+    for name, item in list(out.items()):
+        if name not in fields:
+            continue
+        tp, field = fields[name]
+        out[name] = _normalize_field(item, tp, field, cls, out, join_path(path, name), keep_auto, lax, problems)
+    return out
+
+
+def deepspeed_auto(field: dataclasses.Field) -> bool:
+    """Whether "auto" is DeepSpeed's own value for this key (its default), not one HF fills."""
+    return is_auto(field.default) or AUTO in (field.metadata.get("choices") or ())
+
+
+def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str,
+                     keep_auto: bool, lax: bool, problems: List[Problem]) -> Any:
+    if is_auto(value) and not deepspeed_auto(field):
+        return _auto(value, field, path, keep_auto, problems)
+    inner, _ = unwrap_optional(tp)
+    if dataclasses.is_dataclass(inner):
+        return normalize(value, inner, path, keep_auto=keep_auto, problems=problems)
+    if inner is Any:
+        model = dynamic_model(owner, field.name, value if field.name != "params" else parent)
+        if model is not None:
+            return normalize(value, model, path, keep_auto=keep_auto, problems=problems)
+        if field.name == "params" and isinstance(value, dict):
+            _free_form_auto(value, _hf_filled_params(owner), path, keep_auto, problems)
+        return value
+    if lax:
+        coerced = coerce(value, tp)
+        if coerced is not _NOT_COERCED:
+            return coerced
+    return value
+
+
+def _hf_filled_params(owner: type) -> Dict[str, str]:
+    from dsconf.schema import optimizer, scheduler
+
+    return {optimizer.OptimizerConfig: optimizer.HF_FILLED_PARAMS,
+            scheduler.SchedulerConfig: scheduler.HF_FILLED_PARAMS}.get(owner, {})
+
+
+def _free_form_auto(params: Dict[str, Any], filled: Dict[str, str], path: str, keep_auto: bool,
+                    problems: List[Problem]) -> None:
+    """"auto" in the params of an optimizer or scheduler dsconf has no model for (any torch.optim class)."""
+    for key, item in params.items():
+        if is_auto(item):
+            _judge_auto(filled.get(key), join_path(path, key), keep_auto, problems)
+
+
+def _auto(value: Any, field: dataclasses.Field, path: str, keep_auto: bool, problems: List[Problem]) -> Any:
+    _judge_auto(auto_source(field), path, keep_auto, problems)
+    return value
+
+
+def _judge_auto(source: Optional[str], path: str, keep_auto: bool, problems: List[Problem]) -> None:
+    if source is None:
+        problems.append(Problem(path, "'auto' is not a value here: HF Transformers/Accelerate fill 'auto' only in "
+                                "the keys they derive, and DeepSpeed would get the string 'auto'",
+                                "set a value"))
+    elif not keep_auto:
+        problems.append(Problem(path, f"'auto' is filled by HF Trainer/Accelerate (from {source}), not by DeepSpeed",
+                                f"set a value ({path}=<value>) or an interpolation ({path}=${{...}}); or set "
+                                "keep_auto=true (--keep-auto) if this config is handed to HF Trainer/Accelerate"))
+
