@@ -68,7 +68,8 @@ def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, ta
             report.exported = build_deepspeed_dict(config, world_size=data_parallel, target=target_version(target),
                                                    keep_auto=keep_auto)
         except ConfigError as err:
-            report.problems = [Problem(_file_path(p.path), p.message, p.hint) for p in err.problems]
+            report.problems = [Problem(_file_path(p.path), p.message.replace(PREFIX, ""),
+                                       p.hint.replace(PREFIX, "")) for p in err.problems]
     report.warnings = [str(w.message).replace(PREFIX, "") for w in caught]
     return report
 

@@ -111,7 +111,9 @@ def deepspeed_auto(field: dataclasses.Field) -> bool:
 def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str,
                      keep_auto: bool, lax: bool, problems: List[Problem]) -> Any:
     if is_auto(value) and not deepspeed_auto(field):
-        return _auto(value, field, path, keep_auto, problems)
+        silent_default = field.default if lax and field.default is not dataclasses.MISSING else _NOT_COERCED
+        _judge_auto(auto_source(field), path, keep_auto, problems, silent_default)
+        return value
     inner, _ = unwrap_optional(tp)
     if dataclasses.is_dataclass(inner):
         return normalize(value, inner, path, keep_auto=keep_auto, problems=problems)
@@ -144,18 +146,18 @@ def _free_form_auto(params: Dict[str, Any], filled: Dict[str, str], path: str, k
             _judge_auto(filled.get(key), join_path(path, key), keep_auto, problems)
 
 
-def _auto(value: Any, field: dataclasses.Field, path: str, keep_auto: bool, problems: List[Problem]) -> Any:
-    _judge_auto(auto_source(field), path, keep_auto, problems)
-    return value
-
-
-def _judge_auto(source: Optional[str], path: str, keep_auto: bool, problems: List[Problem]) -> None:
+def _judge_auto(source: Optional[str], path: str, keep_auto: bool, problems: List[Problem],
+                silent_default: Any = _NOT_COERCED) -> None:
+    """``silent_default``: what DeepSpeed's pydantic section makes of "auto" (it drops it for its default)."""
     if source is None:
-        problems.append(Problem(path, "'auto' is not a value here: HF Transformers/Accelerate fill 'auto' only in "
-                                "the keys they derive, and DeepSpeed would get the string 'auto'",
-                                "set a value"))
+        what = (f"DeepSpeed silently uses its default ({silent_default!r}) instead" if silent_default
+                is not _NOT_COERCED else "DeepSpeed would get the string 'auto'")
+        hint = "set a value" + (f", or remove the key for DeepSpeed's default {silent_default!r}"
+                                if silent_default is not _NOT_COERCED else "")
+        problems.append(Problem(path, f"'auto' is not a value here: HF Transformers/Accelerate fill 'auto' only in "
+                                f"the keys they derive, and {what}", hint))
     elif not keep_auto:
         problems.append(Problem(path, f"'auto' is filled by HF Trainer/Accelerate (from {source}), not by DeepSpeed",
-                                f"set a value ({path}=<value>) or an interpolation ({path}=${{...}}); or set "
-                                "keep_auto=true (--keep-auto) if this config is handed to HF Trainer/Accelerate"))
+                                f"set a value ({path}=<value>, or a Hydra interpolation such as ${{my.value}}), or "
+                                "keep_auto=true / --keep-auto when the config goes to HF Trainer/Accelerate"))
 

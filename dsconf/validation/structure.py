@@ -42,9 +42,12 @@ def unknown_key(cls: type, fields: typing.Mapping[str, Any], path: str, key: Any
     message = "unknown key" if getattr(cls, "deepspeed_model", None) else "unknown key: DeepSpeed ignores it"
     inner = [k for k in value if k in fields] if isinstance(value, dict) else []
     if inner:  # a wrapper such as {"monitor_config": {"csv_monitor": ...}}
-        where = path or "the top level"
+        where = path if "." in path else "the top level"
         return Problem(join_path(path, key), message, f"DeepSpeed reads {', '.join(map(str, inner))} at {where}: "
                        f"move {'them' if len(inner) > 1 else 'it'} out of {key}")
+    if str(key).startswith(("_", "//", "#")) or "comment" in str(key).lower():
+        return Problem(join_path(path, key), message, "remove it; DeepSpeed reads config files as hjson, so a "
+                       "file can hold // comments instead")
     return Problem(join_path(path, key), message, did_you_mean(str(key), fields))
 
 
