@@ -156,6 +156,16 @@ def parse(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
             "mismatches": mismatches(config, parsed), "state": parsed_state(parsed)}
 
 
+# The classes DeepSpeed's engine builds for each optimizer name (deepspeed/runtime/engine.py,
+# _configure_basic_optimizer): its fused GPU class and its CPU class for offload.
+BUILT_OPTIMIZERS = {
+    "Adam": ["deepspeed.ops.adam.FusedAdam", "deepspeed.ops.adam.DeepSpeedCPUAdam"],
+    "AdamW": ["deepspeed.ops.adam.FusedAdam", "deepspeed.ops.adam.DeepSpeedCPUAdam"],
+    "Lamb": ["deepspeed.ops.lamb.FusedLamb"],
+    "Lion": ["deepspeed.ops.lion.FusedLion", "deepspeed.ops.lion.DeepSpeedCPULion"],
+    "Adagrad": ["deepspeed.ops.adagrad.DeepSpeedCPUAdagrad"],
+}
+
 ORACLE = Path(__file__).resolve()
 
 

@@ -8,18 +8,11 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from deepspeed_oracle import BUILT_OPTIMIZERS as BUILT
 
 from dsconf.schema.introspect import default_of, fields_of
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
 
-# DeepSpeed's engine builds these for each name (deepspeed/runtime/engine.py, _configure_basic_optimizer).
-BUILT = {
-    "Adam": ["deepspeed.ops.adam.FusedAdam", "deepspeed.ops.adam.DeepSpeedCPUAdam"],
-    "AdamW": ["deepspeed.ops.adam.FusedAdam", "deepspeed.ops.adam.DeepSpeedCPUAdam"],
-    "Lamb": ["deepspeed.ops.lamb.FusedLamb"],
-    "Lion": ["deepspeed.ops.lion.FusedLion", "deepspeed.ops.lion.DeepSpeedCPULion"],
-    "Adagrad": ["deepspeed.ops.adagrad.DeepSpeedCPUAdagrad"],
-}
 # dsconf keys DeepSpeed's engine consumes before calling the class (popped from params there).
 ENGINE_KEYS = {"torch_adam", "adam_w_mode"}
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Tuple
 
 import pytest
+from deepspeed_oracle import BUILT_OPTIMIZERS as BUILT
 from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 
 from dsconf.errors import ConfigError
@@ -131,3 +132,18 @@ def test_a_rule_that_raises_on_a_well_formed_config_fails_loudly(monkeypatch):
     with pytest.raises(KeyError):
         check_rules({"zero_optimization": {"stage": 2}})
     assert check_rules({"zero_optimization": {"stage": 2}}, structure_ok=False) == []
+
+
+def test_which_optimizers_zero_has_tested_is_deepspeeds_list():
+    """dsconf's zero_tested flags agree with DeepSpeed's ZERO_SUPPORTED_OPTIMIZERS for the classes its engine builds
+    for each name (tests/schema/test_optimizer_params.py's BUILT)."""
+    import importlib
+
+    from deepspeed.runtime.zero.utils import ZERO_SUPPORTED_OPTIMIZERS
+
+    from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
+
+    for name, paths in BUILT.items():
+        classes = [getattr(importlib.import_module(p.rpartition(".")[0]), p.rpartition(".")[2]) for p in paths]
+        supported = all(cls in ZERO_SUPPORTED_OPTIMIZERS for cls in classes)
+        assert DEEPSPEED_OPTIMIZERS[name.lower()].zero_tested == supported, name
