@@ -99,4 +99,7 @@ def render(report: FileReport) -> List[str]:
         count = len(report.problems)
         lines.append(f"{report.path}: {count} problem{'s' if count > 1 else ''}:")
         lines += [f"  - {p}" for p in report.problems]
+        if any("is filled by HF" in p.message for p in report.problems):
+            lines.append("  (the file has HF Trainer/Accelerate 'auto' values: if it goes to them, validate it with "
+                         "--keep-auto)")
     return lines

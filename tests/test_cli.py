@@ -143,3 +143,54 @@ def test_describe_params_of_the_chosen_optimizer():
     with contextlib.redirect_stdout(out):
         assert main(["describe", "deepspeed.optimizer.params"]) == 0  # the default optimizer, Adam
     assert "adam_w_mode" in out.getvalue() and "max_coeff" not in out.getvalue()
+
+
+def test_import_refuses_a_broken_file_and_writes_nothing(tmp_path):
+    from pathlib import Path
+
+    corpus = Path(__file__).parent / "corpus"
+    out = tmp_path / "out.yaml"
+    proc = _cli_subprocess("import", str(corpus / "broken_monitor_config_wrapper.json"), "-o", str(out))
+    assert proc.returncode == 1 and not out.exists()
+    assert "monitor_config: unknown key: DeepSpeed ignores it" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli_subprocess("import", str(tmp_path / "missing.json"), "-o", str(out))
+    assert proc.returncode == 2 and not out.exists()
+
+
+def test_import_then_show_with_a_relative_config_dir(tmp_path):
+    import json
+    from pathlib import Path
+
+    source = Path(__file__).parents[1] / "examples" / "ds_configs" / "hf_zero3.json"
+    proc = _cli_subprocess("import", str(source), "-o", "hf_zero3.yaml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "hf_zero3.yaml").read_text()
+    assert "override zero: stage3_offload_optimizer" in text and "keep_auto: true" in text
+    shown = _cli_subprocess("show", "--config-dir", ".", "--config-name", "hf_zero3", "--world-size", "8",
+                            cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    ds = json.loads(shown.stdout)
+    assert ds["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert ds["optimizer"]["params"]["lr"] == "auto" and ds["train_batch_size"] == "auto"
+
+
+def test_pre_commit_hook_entry():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    (hook,) = yaml.safe_load((Path(__file__).parents[1] / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "dsconf-validate" and hook["entry"] == "dsconf validate"
+    pattern = re.compile(hook["files"])
+    for name in ("ds_config.json", "configs/ds_config_zero3.json", "deepspeed_z2.yaml", "dsconfig.hjson"):
+        assert pattern.search(name), name
+    for name in ("train.yaml", "package.json", "config.json"):
+        assert not pattern.search(name), name
+
+
+def _cli_subprocess(*args: str, cwd=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "dsconf.cli", *args], capture_output=True, text=True, cwd=cwd)

@@ -36,3 +36,17 @@ def test_composing_imports_no_torch():
     modules = _top_level(_imported_modules(
         "import dsconf; dsconf.compose(['zero=stage2', 'deepspeed.train_micro_batch_size_per_gpu=2'])"))
     assert not {"torch", "deepspeed"} & modules
+
+
+def test_validating_and_importing_files_imports_no_torch(tmp_path):
+    """`dsconf validate` and `dsconf import` over the whole corpus of real configs: no torch, no deepspeed."""
+    from pathlib import Path
+
+    corpus = sorted(str(p) for p in (Path(__file__).parent / "corpus").glob("*.json"))
+    statement = ("import sys; from dsconf.cli import main; "
+                 f"main(['validate', '--keep-auto', *{corpus!r}]); "
+                 f"main(['import', {corpus[0]!r}, '-o', {str(tmp_path / 'out.yaml')!r}])")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True)
+    modules = _top_level(proc.stderr)
+    assert "dsconf" in modules and (tmp_path / "out.yaml").exists()
+    assert not {"torch", "deepspeed"} & modules

@@ -98,7 +98,14 @@ def describe(path: str = "", root: type = DsconfConfig, types: Optional[Dict[str
     for name, (tp, field) in fields_of(cls).items():
         default = default_of(field)
         shown = "(section)" if dataclasses.is_dataclass(default) else repr(default)
-        out[name] = f"{type_name(tp)} = {shown}  # {field.metadata.get('help', '')}"
+        meta = field.metadata
+        notes = [f"'auto': filled by HF from {meta['auto']}"] if meta.get("auto") else []
+        notes += [f"since DeepSpeed {meta['since']}"] if meta.get("since") else []
+        notes += [f"removed in DeepSpeed {meta['until']}"] if meta.get("until") else []
+        notes += [f"also spelt {', '.join(meta['aliases'])}"] if meta.get("aliases") else []
+        notes += [f"deprecated: use {meta['legacy']}"] if meta.get("legacy") else []
+        extra = f" [{'; '.join(notes)}]" if notes else ""
+        out[name] = f"{type_name(tp)} = {shown}  # {meta.get('help', '')}{extra}"
     return out
 
 
