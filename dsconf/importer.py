@@ -93,9 +93,8 @@ def composed_defaults(choices: Dict[str, str]) -> Dict[str, Any]:
     from dsconf.composition import compose_config
 
     cfg = compose_config([f"{group}={option}" for group, option in choices.items()])
-    node = cfg.deepspeed
-    return {key: OmegaConf.to_container(node._get_node(key), resolve=False) if OmegaConf.is_config(
-        node._get_node(key)) else node[key] for key in node if key not in BATCH_KEYS}
+    node = OmegaConf.to_container(cfg.deepspeed, resolve=False)  # batch keys stay unresolved: left out
+    return {key: value for key, value in node.items() if key not in BATCH_KEYS}
 
 
 def differences(wanted: Any, composed: Any, cls: Optional[type]) -> Any:
