@@ -91,7 +91,7 @@ def mismatches(given: Dict[str, Any], parsed: Any) -> List[str]:
             if "dtype" in value:
                 expect("torch_autocast.dtype", DTYPES.get(value["dtype"], value["dtype"]),
                        str(parsed.torch_autocast_dtype))
-        elif key == "zero_optimization":
+        elif key == "zero_optimization" and isinstance(value, dict):  # (true/false: DeepSpeed's old form)
             for k, v in value.items():
                 got = getattr(parsed.zero_config, STAGE3_ALIASES.get(k, k))
                 if isinstance(v, dict):
