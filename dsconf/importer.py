@@ -40,12 +40,7 @@ def import_file(source: str, output: str, *, world_size: Optional[int] = None, t
         return report, None
     assert report.exported is not None
     given_batch = {key: config[key] for key in BATCH_KEYS if config.get(key) is not None}
-    exported = dict(report.exported)
-    zero = config.get("zero_optimization")
-    if isinstance(exported.get("zero_optimization"), dict) and not (isinstance(zero, dict) and "overlap_comm" in zero):
-        # export writes DeepSpeed's stage-dependent default out; the group option composes to the same
-        exported["zero_optimization"] = {k: v for k, v in exported["zero_optimization"].items() if k != "overlap_comm"}
-    text = primary_config_yaml(exported, given_batch, source=os.path.basename(source), keep_auto=keep,
+    text = primary_config_yaml(report.exported, given_batch, source=os.path.basename(source), keep_auto=keep,
                                target=target)
     _check_round_trip(text, report, keep, target)
     with open(output, "w", encoding="utf-8") as handle:
@@ -134,8 +129,11 @@ def primary_config_yaml(exported: Dict[str, Any], given_batch: Dict[str, Any], *
     """The YAML text; batch keys as the file gave them (so the triple is derived for each world size)."""
     import yaml
 
+    from dsconf.export import fill_dynamic_defaults
+
     choices = group_choices(exported)
     composed = composed_defaults(choices)
+    fill_dynamic_defaults(composed)  # as the export does: a value equal to DeepSpeed's dynamic default is not news
     body = {key: value for key, value in exported.items() if key not in BATCH_KEYS}
     deepspeed = differences(body, composed, DeepSpeedConfig)
     deepspeed = {} if deepspeed is _SAME else deepspeed
