@@ -195,15 +195,27 @@ def installed_version() -> str:
 # --- Which keys DeepSpeed reads: the verdict on a real config file --------------------------------------------
 
 class RecordingDict(dict):
-    """A config dict that records every key DeepSpeed reads (get, [], in, keys, items), nested dicts too."""
+    """A config dict that records every key DeepSpeed looks up (get, [], in, keys, items, pop, setdefault), nested
+    dicts too, as dotted paths in ``read`` (shared by the whole tree and its copies).
 
-    def __init__(self, data: Dict[str, Any], path: str = "", log: Any = None) -> None:
+    ``passes_on_copies``: a copy of a section counts as reading all of it (DeepSpeed copies a section it hands on
+    whole, e.g. data_efficiency's sampling settings); off, only explicit look-ups count.
+    """
+
+    def __init__(self, data: Dict[str, Any], path: str = "", log: Any = None, passes_on_copies: bool = True) -> None:
         self.__dict__["_path"] = path
         self.__dict__["_log"] = log if log is not None else set()
+        self.__dict__["_passes_on_copies"] = passes_on_copies
         super().__init__({k: self._wrap(k, v) for k, v in data.items()})
 
+    @property
+    def read(self) -> set:
+        return self._log
+
     def _wrap(self, key: str, value: Any) -> Any:
-        return RecordingDict(value, self._join(key), self._log) if isinstance(value, dict) else value
+        if not isinstance(value, dict):
+            return value
+        return RecordingDict(value, self._join(key), self._log, self._passes_on_copies)
 
     def _join(self, key: Any) -> str:
         return f"{self._path}.{key}" if self._path else str(key)
@@ -231,14 +243,37 @@ class RecordingDict(dict):
             self._read(key)
         return super().items()
 
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._read(key)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._read(key)
+        return super().setdefault(key, default)
+
     def __copy__(self) -> RecordingDict:
-        # DeepSpeed copies a section it passes on whole (data_efficiency's sampling settings...): every key in it
-        # reaches its consumer. The copy of the whole config (DeepSpeedConfig's own first step) is no such read.
-        if self._path:
+        # The copy of the whole config (DeepSpeedConfig's own first step) is no read of its keys.
+        if self._path and self._passes_on_copies:
             self.consume_all()
-        copied = RecordingDict({}, self._path, self._log)
+        copied = RecordingDict({}, self._path, self._log, self._passes_on_copies)
         dict.update(copied, self)
         return copied
+
+    def keys_read_by_section(self) -> Dict[str, List[str]]:
+        """{dotted section path ("" = top level): sorted keys looked up in it}, every section of the tree listed."""
+        out: Dict[str, set] = {}
+
+        def sections(node: dict, path: str) -> None:  # dict.items: walking the tree is no read
+            out[path] = set()
+            for key, value in dict.items(node):
+                if isinstance(value, dict):
+                    sections(value, f"{path}.{key}" if path else str(key))
+
+        sections(self, self._path)
+        for entry in self._log:
+            parent, _, key = entry.rpartition(".")
+            out.setdefault(parent, set()).add(key)
+        return {path: sorted(keys) for path, keys in out.items()}
 
     def consume_all(self) -> None:
         for path in _all_paths(dict(dict.items(self)), self._path):

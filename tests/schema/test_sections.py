@@ -77,63 +77,7 @@ from unittest import mock
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
-class Recorder(dict):
-    """A dict that records every key looked up in it (get, [], in, keys(), pop), also in its copy.copy."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.read = set()
-
-    def __copy__(self):
-        new = type(self)(self)
-        new.read = self.read  # DeepSpeed parses copy.copy(config): its reads count too
-        return new
-
-    def get(self, key, default=None):
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.read.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key):
-        self.read.add(key)
-        return super().__contains__(key)
-
-    def pop(self, key, *default):
-        self.read.add(key)
-        return super().pop(key, *default)
-
-    def setdefault(self, key, default=None):
-        self.read.add(key)
-        return super().setdefault(key, default)
-
-    def keys(self):
-        return _Keys(self)
-
-
-class _Keys:
-    """``keys()`` of a Recorder: ``key in d.keys()`` is a read too."""
-
-    def __init__(self, owner):
-        self.owner = owner
-
-    def __contains__(self, key):
-        return key in self.owner
-
-    def __iter__(self):
-        return iter(dict.keys(self.owner))
-
-    def __len__(self):
-        return len(self.owner)
-
-
-def recorders(template, out, path=()):
-    """Recorders nested like ``template``; ``out`` maps each path to its Recorder."""
-    rec = Recorder({k: recorders(v, out, path + (k,)) if isinstance(v, dict) else v for k, v in template.items()})
-    out[path] = rec
-    return rec
+from deepspeed_oracle import RecordingDict  # the tests folder is on sys.path (conftest, or PYTHONPATH)
 
 
 def parse(config):
@@ -145,11 +89,10 @@ def parse(config):
 
 def keys_read(template, extra=None):
     """{dotted path: sorted keys read} when DeepSpeedConfig parses ``template`` (plus ``extra`` as is)."""
-    out = {}
-    root = recorders(template, out)
-    root.update(extra or {})
+    root = RecordingDict(template, passes_on_copies=False)
+    dict.update(root, extra or {})
     parse(root)
-    return {".".join(path): sorted(rec.read) for path, rec in out.items()}
+    return root.keys_read_by_section()
 
 
 def constant_pairs(module_name):
@@ -275,8 +218,9 @@ def facts_0195() -> dict:
     python = ds0195_python()
     if not python:
         pytest.skip("no DeepSpeed 0.19.5 environment (.venv-ds0195, or DSCONF_DS0195_PYTHON); CI always has it")
+    tests_dir = str(pathlib.Path(__file__).resolve().parents[1])
     proc = subprocess.run([python, "-c", FACTS_SCRIPT], input=json.dumps(_request()), capture_output=True, text=True,
-                          env={**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=600)
+                          env={**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONPATH": tests_dir}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["version"] == "0.19.5"
@@ -377,13 +321,14 @@ def ds_default(info: Any) -> Any:
 # The top level
 # ---------------------------------------------------------------------------------------------------------------
 def test_recorder_survives_the_copy_deepspeed_parses(facts_0198):
-    namespace: Dict[str, Any] = {"__name__": "ds_facts"}
-    exec(FACTS_SCRIPT, namespace)
-    rec = namespace["Recorder"]({"a": 1})
     import copy
 
+    from deepspeed_oracle import RecordingDict
+
+    rec = RecordingDict({"a": 1, "s": {"x": 1}}, passes_on_copies=False)
     clone = copy.copy(rec)
     assert type(clone) is type(rec) and clone.get("b") is None and "b" in rec.read
+    assert rec.keys_read_by_section() == {"": ["b"], "s": []}
     # managed_gradient_accumulation is read only from DeepSpeed's copy of the config
     assert "managed_gradient_accumulation" in facts_0198["top"]
 
