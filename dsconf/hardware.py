@@ -17,10 +17,11 @@ def hardware_problems(ds: Dict[str, Any], *, gpus: int = -1) -> List[Problem]:
     """Problems running ``ds`` (an exported DeepSpeed dict) here; ``gpus`` defaults to the visible GPUs."""
     gpus = visible_gpu_count() if gpus < 0 else gpus
     problems = []
-    if (ds.get("fp16") or {}).get("enabled") and gpus == 0:
+    # `is True`: with keep_auto, "auto" is HF's to decide
+    if (ds.get("fp16") or {}).get("enabled") is True and gpus == 0:
         problems.append(Problem("deepspeed.fp16.enabled", "fp16 training needs a CUDA GPU and none is visible here",
                                 "use precision=bf16 or precision=fp32 on CPU"))
-    if (ds.get("amp") or {}).get("enabled"):
+    if (ds.get("amp") or {}).get("enabled") is True:
         if gpus == 0:
             problems.append(Problem("deepspeed.amp.enabled", "Apex AMP needs a CUDA GPU and none is visible here",
                                     "use precision=bf16 or precision=fp32 on CPU"))

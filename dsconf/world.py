@@ -7,7 +7,8 @@ truth; before launch, ``dist`` says what the launcher will start.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+import re
+from typing import Any, List, Mapping, Optional, Union
 
 from dsconf.errors import ConfigError, Problem
 
@@ -61,16 +62,43 @@ def resolve_nproc_per_node(nproc: Any) -> int:
                               "valid: a positive int, 'auto', 'gpu' or 'cpu'"))
 
 
+def parse_visible_devices(text: str) -> Union[List[int], List[str]]:
+    """``CUDA_VISIBLE_DEVICES`` as CUDA reads it: ordinals (each read like strtoul, so ``1gpu`` is 1) or
+    ``GPU-``/``MIG-`` UUIDs; the list ends at the first entry that is not one, and a repeated entry makes it
+    empty."""
+    if text.startswith(("GPU-", "MIG-")):
+        prefix = text[:4]
+        uuids: List[str] = []
+        for entry in text.split(","):
+            if entry in uuids:
+                return []
+            if not entry.startswith(prefix):
+                break
+            uuids.append(entry)
+        return uuids
+    ordinals: List[int] = []
+    for entry in text.split(","):
+        match = re.match(r"[+-]?\d+", entry.strip())
+        ordinal = int(match.group()) if match else -1
+        if ordinal in ordinals:
+            return []
+        if ordinal < 0:
+            break
+        ordinals.append(ordinal)
+    return ordinals
+
+
 def visible_gpu_count() -> int:
-    """GPUs this process may use, without importing torch when CUDA_VISIBLE_DEVICES says."""
+    """GPUs this process may use, without importing torch when CUDA_VISIBLE_DEVICES says. Never initialises CUDA:
+    torch's device count asks NVML, where ``torch.cuda.is_available()`` would make forked ranks fail."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+        return len(parse_visible_devices(visible))
     try:
         import torch
     except ImportError:
         return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return torch.cuda.device_count()
 
 
 def dist_world_size(dist: Any) -> int:

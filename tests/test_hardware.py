@@ -20,3 +20,8 @@ def test_amp_needs_a_gpu_and_apex():
 
 def test_cpu_precisions_pass():
     assert hardware_problems({"bf16": {"enabled": True}, "fp16": {"enabled": False}}, gpus=0) == []
+
+
+def test_hf_auto_precision_is_left_to_hf():
+    """With keep_auto, fp16.enabled may be "auto": HF decides, so nothing is refused before launch."""
+    assert hardware_problems({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}, gpus=0) == []

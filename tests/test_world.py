@@ -45,3 +45,19 @@ def test_data_parallel_size():
     assert data_parallel_size(dist, sequence_parallel_size=2, environ={}) == 2
     with pytest.raises(ConfigError, match="not divisible"):
         data_parallel_size(dist, sequence_parallel_size=3, environ={})
+
+
+VISIBLE = ["0", "0,1", "0,1,-1,2", "2,0", "1gpu2,2ampere", " 3 , 1", "+3", "1,1", "0,x,1", "", "-1",
+           "GPU-aa,GPU-bb", "GPU-aa,MIG-bb", "MIG-aa,MIG-aa", "MIG-1,MIG-2,3", "4,5,6,7"]
+
+
+@pytest.mark.parametrize("text", VISIBLE)
+def test_visible_devices_are_read_as_cuda_reads_them(text, monkeypatch):
+    """torch's own parser (what CUDA does) is the reference; dsconf must not import torch to count."""
+    import torch.cuda
+
+    from dsconf.world import parse_visible_devices, visible_gpu_count
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", text)
+    assert parse_visible_devices(text) == torch.cuda._parse_visible_devices()
+    assert visible_gpu_count() == len(torch.cuda._parse_visible_devices())
