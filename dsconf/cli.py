@@ -1,4 +1,5 @@
-"""The ``dsconf`` command: show, check and explain DeepSpeed configs composed from dsconf's groups."""
+"""The ``dsconf`` command: show, check and describe DeepSpeed configs composed from dsconf's groups; validate and
+import existing DeepSpeed config files."""
 
 from __future__ import annotations
 
