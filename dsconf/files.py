@@ -51,7 +51,7 @@ def _parse_json(path: str, text: str) -> Any:
         hjson = None
     if hjson is not None:
         try:
-            return _plain(hjson.loads(text, object_pairs_hook=_no_duplicates))
+            return hjson.loads(text, object_pairs_hook=_no_duplicates)  # the hook builds plain dicts
         except hjson.HjsonDecodeError:
             pass  # report JSON's position: it is the more precise one for a JSON file
         except ValueError as err:
@@ -69,12 +69,4 @@ def _parse_yaml(path: str, text: str) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise UnreadableConfig(f"{path}: malformed YAML{where}: {getattr(err, 'problem', None) or err}") from None
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
 

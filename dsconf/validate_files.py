@@ -12,10 +12,12 @@ from typing import Any, Dict, List, Optional
 
 from dsconf.batch import BATCH_KEYS
 from dsconf.errors import ConfigError, Problem
+from dsconf.export import PREFIX as EXPORT_PREFIX
+from dsconf.export import build_deepspeed_dict
 from dsconf.files import UnreadableConfig, read_config_file
 from dsconf.validation.normalize import is_auto
 
-PREFIX = "deepspeed."
+PREFIX = EXPORT_PREFIX + "."  # files hold DeepSpeed's keys at the top: their paths drop it
 
 
 @dataclass
@@ -33,12 +35,15 @@ class FileReport:
 
 
 def implied_world_size(config: Dict[str, Any]) -> int:
-    """The data-parallel size a config's own batch triple fits (all three given), else 1."""
+    """The ranks a config's own batch triple fits (all three given: its data-parallel size times DeepSpeed's
+    ``sequence_parallel_size``), else 1."""
+    from dsconf.world import sequence_parallel_degree
+
     values = [config.get(key) for key in BATCH_KEYS]
     if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
         tb, mb, gas = values
         if tb % (mb * gas) == 0:
-            return tb // (mb * gas)
+            return tb // (mb * gas) * sequence_parallel_degree(config.get("sequence_parallel_size"))
     return 1
 
 
@@ -54,17 +59,15 @@ def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, ta
                  keep_auto: bool = False, path: str = "") -> FileReport:
     """Validate one config dict. ``world_size`` counts all ranks (default: what the config's own batch triple
     implies, else 1); DeepSpeed's ``sequence_parallel_size`` divides it, as DeepSpeed does."""
-    from dsconf.export import build_deepspeed_dict
     from dsconf.versions import target_version
     from dsconf.world import data_parallel_size
 
-    sequence = config.get("sequence_parallel_size")
-    sequence = sequence if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0 else 1
-    report = FileReport(path=path, world_size=world_size or implied_world_size(config) * sequence)
+    report = FileReport(path=path, world_size=world_size or implied_world_size(config))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            data_parallel = data_parallel_size(None, sequence_parallel_size=sequence, world_size=report.world_size)
+            data_parallel = data_parallel_size(None, sequence_parallel_size=config.get("sequence_parallel_size"),
+                                               world_size=report.world_size)
             report.exported = build_deepspeed_dict(config, world_size=data_parallel, target=target_version(target),
                                                    keep_auto=keep_auto)
         except ConfigError as err:

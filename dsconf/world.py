@@ -111,6 +111,11 @@ def model_parallel_product(dist: Any) -> int:
     return int(_get(dist, "tensor_parallel_size", 1)) * int(_get(dist, "pipeline_parallel_size", 1))
 
 
+def sequence_parallel_degree(value: Any) -> int:
+    """DeepSpeed's ``sequence_parallel_size`` as a divisor of the world size (1 when not a positive int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def data_parallel_size(dist: Any = None, *, sequence_parallel_size: Any = None, world_size: Optional[int] = None,
                        environ: Optional[Mapping[str, str]] = None) -> int:
     """Data-parallel size: total ranks divided by the tensor/pipeline parallel sizes (``dist``) and DeepSpeed's
@@ -121,8 +126,8 @@ def data_parallel_size(dist: Any = None, *, sequence_parallel_size: Any = None, 
     total = world_size if world_size is not None else env_world_size(environ)
     if total is None:
         total = dist_world_size(dist) if dist is not None else 1
-    sequence = sequence_parallel_size if isinstance(sequence_parallel_size, int) and sequence_parallel_size > 0 else 1
-    parallel = (model_parallel_product(dist) if dist is not None else 1) * sequence
+    parallel = (model_parallel_product(dist) if dist is not None else 1) * sequence_parallel_degree(
+        sequence_parallel_size)
     if total % parallel:
         raise ConfigError(Problem(
             "dist", f"world size {total} is not divisible by tensor x pipeline x sequence parallel size {parallel}",

@@ -39,8 +39,7 @@ def load(path: Path) -> Dict[str, Any]:
 
 
 def world_size(config: Dict[str, Any]) -> int:
-    sequence = config.get("sequence_parallel_size")
-    return implied_world_size(config) * (sequence if isinstance(sequence, int) and sequence > 0 else 1)
+    return implied_world_size(config)
 
 
 def dsconf_report(path: Path, target: str = None) -> FileReport:  # type: ignore[assignment]

@@ -17,9 +17,9 @@ import typing
 from typing import Any, Dict, List, Optional
 
 from dsconf.errors import Problem, join_path
+from dsconf.resolvers import AUTO
 from dsconf.schema.introspect import dynamic_model, fields_of, unwrap_optional
 
-AUTO = "auto"
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
 _NOT_COERCED = object()
