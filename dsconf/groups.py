@@ -88,6 +88,9 @@ def register() -> None:
     # (deepspeed.tensorboard.enabled=true), and a misspelt key reaches dsconf's validation, which names the key
     # and the closest valid one. Typed sections below it still refuse unknown keys.
     OmegaConf.set_struct(base.deepspeed, False)
+    # torchrun's --rdzv-conf is open-ended: dist.rdzv_conf.join_timeout=60 works without a '+'; the launcher checks
+    # each key against what torch's rendezvous backends read.
+    OmegaConf.set_struct(base.dist.rdzv_conf, False)
     cs.store(name=BASE_CONFIG_NAME, node=base, provider="dsconf")
 
     def store(group: str, name: str, node: Any, package: str = "deepspeed") -> None:

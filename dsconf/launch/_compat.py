@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable, Optional
 
 from torch.distributed.launcher.api import LaunchConfig
 
@@ -24,14 +24,16 @@ LAUNCH_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(LaunchConfig
 LOG_LINE_PREFIX = "[rank${rank}]:"
 
 
-def make_launch_config(*, log_dir: str, tee: bool = True, **fields: Any) -> LaunchConfig:
+def make_launch_config(*, log_dir: str, tee: bool = True, on_start: Optional[Callable[[], None]] = None,
+                       **fields: Any) -> LaunchConfig:
     """A ``LaunchConfig`` from torchrun-like ``fields``, with per-rank log files under ``log_dir``.
 
-    Fields the installed torch does not know are dropped (they are refinements, never semantics).
+    ``on_start`` is called when the rendezvous has completed and the ranks are about to start. Fields the
+    installed torch does not know are dropped (they are refinements, never semantics).
     """
     std = Std.ALL if tee else Std.NONE
     if LogsSpecs is not None and "logs_specs" in LAUNCH_CONFIG_FIELDS:
-        fields["logs_specs"] = JobLogsSpecs(log_dir, tee=std)
+        fields["logs_specs"] = JobLogsSpecs(log_dir, tee=std, on_start=on_start)
     else:  # pragma: no cover - torch < 2.3
         fields.update(log_dir=log_dir, redirects=Std.ALL, tee=std)
     if tee:
@@ -48,15 +50,18 @@ if LogsSpecs is not None:
         Each rank's output is also echoed to the console with a ``[rankN]:`` prefix when ``tee`` is set.
         """
 
-        def __init__(self, log_dir: str, tee: Std = Std.ALL) -> None:
+        def __init__(self, log_dir: str, tee: Std = Std.ALL, on_start: Optional[Callable[[], None]] = None) -> None:
             os.makedirs(log_dir, exist_ok=True)
             super().__init__(log_dir=log_dir, redirects=Std.ALL, tee=tee)
+            self.on_start = on_start
 
         @property
         def root_log_dir(self) -> str:
             return str(self._root_log_dir)
 
         def reify(self, envs: dict[int, dict[str, str]]) -> LogsDest:
+            if self.on_start is not None:  # torch calls this once per worker group start, after rendezvous
+                self.on_start()
             dest: dict[str, Any] = {"stdouts": {}, "stderrs": {}, "tee_stdouts": {}, "tee_stderrs": {},
                                     "error_files": {}}
             for local_rank, env in envs.items():
@@ -71,7 +76,8 @@ if LogsSpecs is not None:
                 if self._tee & Std.ERR:
                     dest["tee_stderrs"][local_rank] = dest["stderrs"][local_rank]
                 error_file = f"{stem}.error.json"
-                for stale in (error_file, dest["stdouts"][local_rank], dest["stderrs"][local_rank]):
+                stale_files = (error_file, dest["stdouts"][local_rank], dest["stderrs"][local_rank], f"{stem}.init")
+                for stale in stale_files:
                     if os.path.exists(stale):  # a re-run in the same dir: never tail or report old output
                         os.remove(stale)
                 dest["error_files"][local_rank] = error_file

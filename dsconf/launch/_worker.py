@@ -11,10 +11,16 @@ This module is imported by every rank: it imports only the standard library up f
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import logging
 import os
 import pickle
+import signal
 import sys
+import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -29,7 +35,9 @@ class RankPayload:
     cwd: str
     job_dir: Optional[str] = None
     deepspeed: Optional[dict[str, Any]] = None
+    deepspeed_by_world: dict[int, dict[str, Any]] = field(default_factory=dict)  # elastic node range: per world size
     ds_config_path: Optional[str] = None
+    init_timeout: Optional[float] = None  # dist.init_timeout: seconds a rank may wait in process-group init
     hydra_state: Any = None  # hydra.core.singleton.Singleton.get_state(), for ranks that do not fork
     log_level: int = logging.INFO
     extra: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +57,14 @@ def run_rank(payload: RankPayload | str) -> bytes:
 
     ``payload`` is the object itself (fork) or the path of a file holding it, cloudpickled (spawn).
     """
+    # A forked rank inherits torch elastic's SIGTERM handler, which only raises once the rank runs Python
+    # again: a rank hung in C code would wait out the agent's 30 s grace. Default handlers end it at once.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    parent = os.getppid()
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:  # the agent died before the line above took effect
+        os._exit(1)
     if isinstance(payload, str):
         with open(payload, "rb") as fh:
             payload = pickle.load(fh)
@@ -63,8 +79,12 @@ def run_rank(payload: RankPayload | str) -> bytes:
 
     from dsconf.launch import context
 
-    context.set_job_state(deepspeed=payload.deepspeed, job_dir=payload.job_dir,
-                          ds_config_path=payload.ds_config_path)
+    deepspeed = payload.deepspeed
+    if payload.deepspeed_by_world:
+        deepspeed = _deepspeed_for_this_world(payload)
+    context.set_job_state(deepspeed=deepspeed, job_dir=payload.job_dir, ds_config_path=payload.ds_config_path)
+    if payload.init_timeout and payload.job_dir:
+        guard_process_group_init(payload.init_timeout, os.path.join(payload.job_dir, "logs"))
     try:
         result = payload.task_fn(payload.cfg)
     except BaseException:
@@ -74,6 +94,76 @@ def run_rank(payload: RankPayload | str) -> bytes:
         sys.stdout.flush()
         sys.stderr.flush()
     return dumps(result)
+
+
+def _deepspeed_for_this_world(payload: RankPayload) -> dict[str, Any]:
+    """The dict validated for the world that formed; rank 0 saves it as the job's ``ds_config.json``."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size not in payload.deepspeed_by_world:
+        raise RuntimeError(f"the job formed with world size {world_size}, outside the sizes validated before launch "
+                           f"({sorted(payload.deepspeed_by_world)})")
+    deepspeed = payload.deepspeed_by_world[world_size]
+    if int(os.environ.get("RANK", "0")) == 0 and payload.job_dir:
+        from dsconf.launch.core import save_ds_config
+
+        save_ds_config(deepspeed, payload.job_dir)
+    return deepspeed
+
+
+def guard_process_group_init(seconds: float, log_dir: str) -> None:
+    """End this rank, naming the ranks that never arrived, if ``torch.distributed.init_process_group`` (called by
+    the task or by ``deepspeed.initialize``) has not returned within ``seconds``.
+
+    The timeout torch and DeepSpeed pass to the process group also bounds every later collective, so it is left
+    alone; only the wait for peers at init is bounded here.
+    """
+    import torch.distributed as dist
+
+    original = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
+    rank = int(os.environ.get("RANK", "0"))
+    marker = os.path.join(log_dir, f"rank{rank}.init")
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(OSError):
+            os.makedirs(log_dir, exist_ok=True)
+            open(marker, "w").close()
+        timer = threading.Timer(seconds, _init_timed_out, args=(seconds, log_dir))
+        timer.daemon = True
+        timer.start()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timer.cancel()
+
+    dist.init_process_group = init_process_group
+
+
+def _init_timed_out(seconds: float, log_dir: str) -> None:
+    """Runs in the watchdog thread while the main thread waits in C code: report, then end the rank."""
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    absent = [r for r in range(world) if not os.path.exists(os.path.join(log_dir, f"rank{r}.init"))]
+    text = (f"process-group init did not complete within {seconds:g} s (dist.init_timeout); "
+            + (f"rank(s) {', '.join(map(str, absent))} never reached init" if absent
+               else "every rank reached init (check the network between nodes)"))
+    print(f"rank {rank}: {text}", file=sys.stderr, flush=True)
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file:  # in torch elastic's format, so the launcher reports this text as the rank's error
+        with contextlib.suppress(OSError), open(error_file, "w") as fh:
+            json.dump({"message": {"message": f"TimeoutError: {text}",
+                                   "extraInfo": {"py_callstack": "", "timestamp": str(int(time.time()))}}}, fh)
+    sys.stdout.flush()
+    os._exit(1)
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Linux: send ``sig`` to this process when its parent dies (even by SIGKILL), so nothing is orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
 def _restore_hydra(state: Any) -> None:

@@ -11,13 +11,15 @@ through torch elastic (``dsconf.launch.core.launch``) and waits for them. The sa
 (no relaunch) when the process already is a rank of a distributed job:
 
 - under ``torchrun`` (or any launcher that sets RANK and WORLD_SIZE);
-- under SLURM with one task per rank (``srun``/Hydra's submitit launcher with ``tasks_per_node=N``): the
-  torch variables are exported from SLURM's with ``submitit.helpers.TorchDistributedEnvironment``.
+- under SLURM with one task per rank (plain ``srun``/``sbatch``, or Hydra's submitit launcher with
+  ``tasks_per_node=N``): the torch variables are exported from SLURM's (``dsconf.launch.scheduler``), each
+  task's LOCAL_RANK indexing a GPU of its own inside the allocation.
 
 In both cases the world size comes from the environment (``dsconf.world.env_world_size``).
 
 Errors of a single run end the process without a traceback from dsconf's own frames: a config mistake
-prints its problems (exit 2), a failed rank prints that rank's error (exit 1), an interrupt exits 130.
+prints its problems (exit 2), a failed rank prints that rank's error (exit 1), an interrupt (Ctrl-C, SIGTERM)
+at any stage exits 130 with one line.
 In a sweep (``-m``) they are raised instead, so the job is reported FAILED and the sweep goes on.
 """
 
@@ -54,7 +56,16 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
             return run_task(task_fn, cfg)
 
         setattr(job, DSCONF_TASK_ATTR, task_fn)
-        return hydra_main(job)
+        app = hydra_main(job)
+
+        @functools.wraps(app)
+        def entry(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return app(*args, **kwargs)
+            except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
+                _exit("interrupted", 130)
+
+        return entry
 
     return decorator
 
@@ -80,6 +91,10 @@ def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
         if single_run:
             _exit(f"job failed: {err}", 1)
         raise
+    except KeyboardInterrupt:
+        if single_run:
+            _exit("interrupted", 130)
+        raise
 
 
 def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
@@ -95,6 +110,7 @@ def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
 def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     """This process is one rank: export torch's variables if a scheduler started it, then run the task."""
     from dsconf.launch.core import _hydra_output_dir, export_deepspeed
+    from dsconf.launch.scheduler import export_scheduler_env
     from dsconf.world import env_world_size
 
     if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
@@ -106,17 +122,6 @@ def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
     context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
     return task_fn(cfg)
-
-
-def export_scheduler_env() -> None:
-    """RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from SLURM's (or submitit-local's) variables."""
-    try:
-        from submitit.helpers import TorchDistributedEnvironment
-    except ImportError:
-        raise ConfigError("running as one SLURM task per rank needs submitit (pip install submitit)") from None
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    # pin one GPU per task only when the task sees several (SLURM may already bind one per task)
-    TorchDistributedEnvironment().export(set_cuda_visible_devices=len(visible) > 1)
 
 
 def _in_multirun() -> bool:

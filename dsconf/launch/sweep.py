@@ -10,7 +10,8 @@ resolvers, Hydra's singletons — and torch, imported once here before the first
 
 - ``max_parallel_jobs > 1`` runs that many job processes at once; with GPUs each gets its own
   ``CUDA_VISIBLE_DEVICES`` subset of ``nproc_per_node`` devices, and a job waits until enough are free.
-  A multi-node job (``dist.nnodes > 1``) runs alone: its rendezvous endpoint is fixed.
+  A job with a fixed ``dist.rdzv_endpoint`` (every multi-node job) runs alone: a second job would join the
+  first one's rendezvous store.
 - A failed job is FAILED with its error (the failing rank's exception); the others still run unless
   ``fail_fast``, which stops the running jobs and skips the rest.
 - SIGINT/SIGTERM to the launcher: every running job process gets SIGTERM (its agent stops its ranks),
@@ -39,7 +40,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from dsconf.launch._worker import dumps
+from dsconf.launch._worker import die_with_parent, dumps
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class _Job:
     sweep_config: Any
     nproc: int
     timeout: Optional[float]
-    exclusive: bool = False  # multi-node: its rendezvous endpoint is fixed, so it never shares the host
+    exclusive: bool = False  # its rendezvous endpoint is fixed, so it never shares the host
     process: Any = None
     conn: Optional[Connection] = None
     started: float = 0.0
@@ -132,7 +133,7 @@ class SweepRunner:
         try:
             dist = dist_settings(_task_cfg(sweep_config), self.options.dist)
             nproc, timeout = resolve_nproc_per_node(dist.get("nproc_per_node", 1)), dist.get("timeout")
-            exclusive = parse_nnodes(dist.get("nnodes", 1))[1] > 1
+            exclusive = parse_nnodes(dist.get("nnodes", 1))[1] > 1 or bool(str(dist.get("rdzv_endpoint") or "").strip())
         except Exception:  # the job process reports the config error properly
             nproc, timeout, exclusive = 1, None, False
         return _Job(JobRecord(idx, overrides), sweep_config, nproc, float(timeout) if timeout else None, exclusive)
@@ -248,9 +249,11 @@ class DevicePool:
 
     @classmethod
     def detect(cls) -> DevicePool:
+        from dsconf.world import parse_visible_devices
+
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None:
-            return cls([d.strip() for d in visible.split(",") if d.strip() not in ("", "-1")])
+        if visible is not None:  # as CUDA reads it: the ids (ordinals or UUIDs) before the first invalid entry
+            return cls([str(d) for d in parse_visible_devices(visible)])
         import torch
 
         return cls([str(i) for i in range(torch.cuda.device_count())])  # NVML count: does not poison fork
@@ -275,7 +278,7 @@ def _job_process(conn: Connection, hydra_context: Any, task_function: Callable[[
 
     with contextlib.suppress(OSError, AttributeError):
         os.setpgid(0, 0)
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)
     if devices:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # not the launcher's flag-setting handler
@@ -300,16 +303,6 @@ def _interrupted(signum: int, frame: Any) -> None:
     from dsconf.launch.core import JobInterrupted
 
     raise JobInterrupted(f"job stopped by {signal.Signals(signum).name}")
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this job process if the launcher dies (even by SIGKILL), so no rank is orphaned."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
 
 
 def _settle(job: _Job, now: float) -> None:
