@@ -10,8 +10,19 @@
 (c) the same sweep with ``hydra.launcher.max_parallel_jobs=2`` vs the same torchrun loop.
 
 Every ratio is dsconf / torchrun (goals: (a), (b) <= 1.0x; (c) < 0.6x); each figure is the median of
-``--repeat`` runs. dsconf is measured with its config's default ``dist.start_method`` and, when that is not
-already ``auto``, with ``dist.start_method=auto`` (fork on a host without GPUs, spawn with GPUs).
+``--repeat`` runs.
+
+    python benchmarks/bench_launch.py --baseline REV [--rounds N]
+
+compares this tree against an earlier commit instead (a git worktree made for the run), as paired ratios:
+each round runs the baseline and this tree one after the other, and the report is the median of the per-round
+ratios (this tree / REV) with their 10th and 90th percentiles:
+
+PF2  one 2-rank job, from the command to every rank in its training function (and the command's wall time);
+PF3  a sequential sweep of 4 2-rank jobs, the command's wall time.
+
+dsconf is measured with its config's default ``dist.start_method`` and, when that is not already ``auto``,
+with ``dist.start_method=auto`` (fork on a host without GPUs, spawn with GPUs).
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,12 +103,12 @@ DS_CONFIG = {
 BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2", "deepspeed.gradient_accumulation_steps=1"]
 
 
-def timed(cmd: List[str], cwd: Path, out: Path, shell: bool = False) -> tuple[float, float]:
+def timed(cmd: List[str], cwd: Path, out: Path, shell: bool = False, repo: Path = REPO) -> tuple[float, float]:
     """(seconds until every rank entered its training function, seconds until the command exited)."""
     for stale in out.glob("entry-*"):
         stale.unlink()
     env = {**os.environ, "BENCH_OUT": str(out), "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH")] if p)}
     start = time.time()
     proc = subprocess.run(cmd if not shell else " ".join(cmd), cwd=str(cwd), env=env, shell=shell,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -113,10 +124,56 @@ def median_of(repeat: int, run: Callable[[], tuple[float, float]]) -> tuple[floa
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
+def paired(rounds: int, baseline: str) -> None:
+    """PF2 and PF3: this tree against ``baseline``, interleaved round by round."""
+    work = Path(tempfile.mkdtemp(prefix="dsconf-bench-"))
+    out = work / "entries"
+    out.mkdir()
+    (work / "train.py").write_text(DSCONF_SCRIPT)
+    base = work / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(base), baseline], cwd=REPO, check=True,
+                   capture_output=True)
+    python = sys.executable
+
+    def job(repo: Path) -> tuple[float, float]:
+        return timed([python, "train.py", "dist.nproc_per_node=2", "+bench.job=0", *BATCH,
+                      f"hydra.run.dir={work / 'run'}"], work, out, repo=repo)
+
+    def sweep(repo: Path) -> tuple[float, float]:
+        return timed([python, "train.py", "-m", "hydra/launcher=dsconf", "dist.nproc_per_node=2",
+                      "+bench.job=0,1,2,3", *BATCH, f"hydra.sweep.dir={work / 'sweep'}"], work, out, repo=repo)
+
+    try:
+        job(base), job(REPO)  # warm the file cache
+        ratios: Dict[str, List[float]] = {"PF2 2-rank job: all ranks in train()": [],
+                                          "PF2 2-rank job: command wall time": [], "PF3 4-job sweep, sequential": []}
+        for index in range(rounds):
+            first, second = (base, REPO) if index % 2 == 0 else (REPO, base)
+            timings = {first: job(first), second: job(second)}
+            ratios["PF2 2-rank job: all ranks in train()"].append(timings[REPO][0] / timings[base][0])
+            ratios["PF2 2-rank job: command wall time"].append(timings[REPO][1] / timings[base][1])
+            sweeps = {first: sweep(first), second: sweep(second)}
+            ratios["PF3 4-job sweep, sequential"].append(sweeps[REPO][1] / sweeps[base][1])
+        print(f"launch regression: this tree / {baseline}, {rounds} interleaved rounds, {os.cpu_count()} CPUs")
+        for name, values in ratios.items():
+            ordered = sorted(values)
+            p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
+            print(f"{name:<40} median {statistics.median(values):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x)")
+        print("goal: each median <= 1.05x")
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", help="compare this tree against this git revision (PF2, PF3)")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds with --baseline")
     args = parser.parse_args()
+    if args.baseline:
+        paired(args.rounds, args.baseline)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="dsconf-bench-"))
     out = work / "entries"

@@ -132,9 +132,12 @@ def guard_process_group_init(seconds: float, log_dir: str) -> None:
         timer.daemon = True
         timer.start()
         try:
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
         finally:
             timer.cancel()
+        with contextlib.suppress(OSError):  # every rank is past init: the marker has served
+            os.remove(marker)
+        return result
 
     dist.init_process_group = init_process_group
 

@@ -144,6 +144,36 @@ def test_plan_job_mirrors_torchrun() -> None:
         plan_job({"nnodes": "two"})
 
 
+def test_multi_node_rendezvous_id_is_fresh_per_launch() -> None:
+    """Finding 9: every launch reused the id "dsconf"; an etcd rendezvous outlives its job, so the next run failed."""
+    dist = {"nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": "node0:29400"}
+    first = plan_job(dist, environ={"SLURM_JOB_ID": "1001"})
+    assert first.rdzv_id == "dsconf-1001" == plan_job(dist, environ={"SLURM_JOB_ID": "1001"}).rdzv_id  # every node
+    assert plan_job(dist, environ={"SLURM_JOB_ID": "1002"}).rdzv_id != first.rdzv_id  # the next job
+    assert plan_job(dist, environ={"PBS_JOBID": "77.pbs"}, job_num=3).rdzv_id == "dsconf-77.pbs-3"
+    assert plan_job({**dist, "rdzv_id": "mine"}, environ={"SLURM_JOB_ID": "1"}).rdzv_id == "mine"
+    with pytest.raises(ConfigError, match="dist.rdzv_id: is required with dist.rdzv_backend=etcd"):
+        plan_job({**dist, "rdzv_backend": "etcd"}, environ={})
+    assert plan_job({**dist, "rdzv_backend": "etcd-v2"}, environ={"SLURM_JOB_ID": "5"}).rdzv_id == "dsconf-5"
+
+
+def test_rdzv_conf_reaches_torch_as_torchrun_passes_it(tmp_path: Path) -> None:
+    """Finding 9: torchrun's --rdzv-conf knobs could not be passed."""
+    from dsconf.launch.core import launch_config
+
+    plan = plan_job({"nproc_per_node": 2, "nnodes": "1:2", "rdzv_endpoint": "node0:29400",
+                     "rdzv_conf": {"join_timeout": 60, "is_host": False, "read_timeout": 5}}, environ={})
+    config = launch_config(plan, str(tmp_path / "logs"))
+    assert {k: config.rdzv_configs[k] for k in ("join_timeout", "is_host", "read_timeout")} == {
+        "join_timeout": 60, "is_host": False, "read_timeout": 5}
+    as_text = plan_job({"rdzv_conf": "join_timeout=30,last_call_timeout=2"}, environ={})
+    assert as_text.rdzv_conf == {"join_timeout": "30", "last_call_timeout": "2"}  # as torchrun parses the flag
+    with pytest.raises(ConfigError, match=r"dist.rdzv_conf.join_timout: .*did you mean 'join_timeout'"):
+        plan_job({"rdzv_conf": {"join_timout": 5}})
+    with pytest.raises(ConfigError, match="dist.init_timeout"):
+        plan_job({"init_timeout": 0})
+
+
 def test_launch_config_across_torch_versions(tmp_path: Path) -> None:
     from dsconf.launch._compat import LAUNCH_CONFIG_FIELDS, make_launch_config
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import pytest
 from launch_helpers import alive, descendants, rank_facts, run_script, wait_for
 
 BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2", "deepspeed.gradient_accumulation_steps=1",
@@ -108,3 +109,17 @@ def test_ctrl_c_stops_every_rank_of_every_running_job(train_script: Path, tmp_pa
     jobs = json.loads((sweep_dir / "summary.json").read_text())["jobs"]
     assert [j["status"] for j in jobs] == ["FAILED", "FAILED", "SKIPPED"]
     assert all("SIGTERM" in j["result"] or "SIGINT" in j["result"] for j in jobs[:2])
+
+
+@pytest.mark.parametrize("visible,expected", [
+    ("0,1,-1,2", ["0", "1"]),  # CUDA stops at the first invalid entry
+    ("4,5,6,7", ["4", "5", "6", "7"]),
+    ("3,3", []),  # a repeated ordinal: CUDA sees no device
+    ("", []),
+])
+def test_device_pool_reads_cuda_visible_devices_as_cuda_does(monkeypatch, visible, expected) -> None:
+    """Finding 8: parallel jobs were handed entries CUDA never shows (``0,1,-1,2`` gave 3 devices)."""
+    from dsconf.launch.sweep import DevicePool
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert DevicePool.detect().total == expected

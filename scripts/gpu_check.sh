@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The launcher's GPU paths on a real GPU machine, in under 10 minutes. Needs a CUDA build of torch, DeepSpeed and
+# dsconf installed in $PYTHON's environment (default: python); run from the repository root:
+#
+#     PYTHON=.venv/bin/python bash scripts/gpu_check.sh
+#
+# Checks (each PASS/FAIL/SKIP, then a summary; the exit status is the number of failures):
+#   1. NCCL: a 2-rank all-reduce on 2 GPUs, started by dsconf (skipped with fewer than 2 GPUs);
+#   2. the example trains in fp16 and bf16 at ZeRO-2 and ZeRO-3 (loss falls), one rank per GPU;
+#   3. fork on a GPU host: dist.start_method=fork trains (the launcher never initialises CUDA);
+#   4. a parallel sweep packs 1-GPU jobs on disjoint devices (skipped with fewer than 2 GPUs);
+#   5. the test suite's GPU-marked tests.
+set -u
+PYTHON=${PYTHON:-python}
+WORK=$(mktemp -d -t dsconf-gpu-check-XXXX)
+GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())")
+NPROC=$(( GPUS < 2 ? 1 : 2 ))
+FAILED=0
+RESULTS=()
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+unset DS_ACCELERATOR
+
+echo "gpu_check: $GPUS GPU(s) visible; torch $($PYTHON -c 'import torch; print(torch.__version__, torch.version.cuda)')"
+nvidia-smi -L 2>/dev/null || true
+
+record() {  # name status detail
+    RESULTS+=("$2  $1${3:+  ($3)}")
+    [ "$2" = FAIL ] && FAILED=$((FAILED + 1))
+    echo "== $2: $1${3:+ ($3)}"
+}
+
+loss_fell() {  # job dir
+    $PYTHON - "$1" <<'PY'
+import json, sys
+m = json.load(open(f"{sys.argv[1]}/metrics.json"))
+print(f"loss {m['initial_loss']:.3f} -> {m['final_loss']:.3f}, world {m['world_size']}")
+sys.exit(0 if m["final_loss"] < m["initial_loss"] else 1)
+PY
+}
+
+# 1. NCCL all-reduce across 2 ranks
+cat > "$WORK/nccl.py" <<'PY'
+import os
+import dsconf
+
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    value = torch.ones(1, device="cuda") * (dist.get_rank() + 1)
+    dist.all_reduce(value)
+    assert value.item() == sum(range(1, dist.get_world_size() + 1)), value
+    print(f"rank {dist.get_rank()}: all-reduce {value.item():g} on cuda:{torch.cuda.current_device()}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+PY
+if [ "$GPUS" -ge 2 ]; then
+    if timeout 120 $PYTHON "$WORK/nccl.py" dist.nproc_per_node=2 deepspeed.train_micro_batch_size_per_gpu=1 \
+        "hydra.run.dir=$WORK/nccl"; then record "NCCL all-reduce, 2 ranks" PASS
+    else record "NCCL all-reduce, 2 ranks" FAIL; fi
+else
+    record "NCCL all-reduce, 2 ranks" SKIP "needs 2 GPUs"
+fi
+
+# 2. the example: fp16 and bf16 at ZeRO-2 and ZeRO-3
+for zero in stage2 stage3; do
+    for precision in fp16 bf16; do
+        dir="$WORK/example-$zero-$precision"
+        if timeout 240 $PYTHON examples/train.py zero=$zero precision=$precision dist.nproc_per_node=$NPROC \
+            train.steps=20 "hydra.run.dir=$dir" > "$dir.log" 2>&1 && detail=$(loss_fell "$dir"); then
+            record "example zero=$zero precision=$precision, $NPROC rank(s)" PASS "$detail"
+        else
+            record "example zero=$zero precision=$precision, $NPROC rank(s)" FAIL "see $dir.log"; tail -20 "$dir.log"
+        fi
+    done
+done
+
+# 3. fork start method on a GPU host
+dir="$WORK/fork"
+if timeout 240 $PYTHON examples/train.py zero=stage2 precision=bf16 dist.nproc_per_node=$NPROC \
+    dist.start_method=fork train.steps=10 "hydra.run.dir=$dir" > "$dir.log" 2>&1 && detail=$(loss_fell "$dir"); then
+    record "dist.start_method=fork on a GPU host" PASS "$detail"
+else
+    record "dist.start_method=fork on a GPU host" FAIL "see $dir.log"; tail -20 "$dir.log"
+fi
+
+# 4. a parallel sweep packs jobs on disjoint devices
+cat > "$WORK/packed.py" <<'PY'
+import os
+import dsconf
+from dsconf.launch import context
+
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    import torch
+
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    torch.ones(1, device="cuda").sum().item()
+    with open(os.path.join(context.job_dir(), "devices.txt"), "w") as fh:
+        fh.write(os.environ["CUDA_VISIBLE_DEVICES"])
+
+
+if __name__ == "__main__":
+    main()
+PY
+if [ "$GPUS" -ge 2 ]; then
+    sweep="$WORK/sweep"
+    if timeout 300 $PYTHON "$WORK/packed.py" -m hydra/launcher=dsconf hydra.launcher.max_parallel_jobs=2 \
+        dist.nproc_per_node=1 deepspeed.train_micro_batch_size_per_gpu=1 +job=0,1 "hydra.sweep.dir=$sweep" \
+        > "$sweep.log" 2>&1 && $PYTHON - "$sweep" <<'PY'
+import json, pathlib, sys
+devices = [p.read_text() for p in sorted(pathlib.Path(sys.argv[1]).glob("*/devices.txt"))]
+print("jobs' CUDA_VISIBLE_DEVICES:", devices)
+sys.exit(0 if len(devices) == 2 and len(set(devices)) == 2 else 1)
+PY
+    then record "parallel sweep, 2 jobs on disjoint GPUs" PASS
+    else record "parallel sweep, 2 jobs on disjoint GPUs" FAIL "see $sweep.log"; tail -20 "$sweep.log"; fi
+else
+    record "parallel sweep, 2 jobs on disjoint GPUs" SKIP "needs 2 GPUs"
+fi
+
+# 5. the GPU-marked tests
+if timeout 300 $PYTHON -m pytest -q -m gpu tests -p no:cacheprovider; then record "pytest -m gpu" PASS
+else record "pytest -m gpu" FAIL; fi
+
+echo
+echo "gpu_check summary ($GPUS GPU(s)):"
+printf '  %s\n' "${RESULTS[@]}"
+rm -rf "$WORK"
+exit "$FAILED"
