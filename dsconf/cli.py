@@ -1,5 +1,6 @@
-"""The ``dsconf`` command: show, check and describe DeepSpeed configs composed from dsconf's groups; validate and
-import existing DeepSpeed config files."""
+"""The ``dsconf`` command: show and check DeepSpeed configs composed from dsconf's groups; explain a key; diff two
+configs; validate and import existing DeepSpeed config files; estimate model-state memory under each ZeRO option
+(DeepSpeed's estimators); report a sweep's metrics as HTML."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from dsconf.errors import ConfigError
 EXIT_CONFIG_ERROR = 2
 EXIT_INVALID_FILE = 1  # validate/import: the file was read and has problems
 EXIT_UNREADABLE = 2  # validate/import: missing or malformed file
+EXIT_NOT_A_SWEEP = 2  # report: the dir is missing, holds no sweep, or its report cannot be written
+EXIT_MISSING_EXTRA = 3  # report: matplotlib (the dsconf[report] extra) is not installed
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,20 +44,53 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
         cmd.add_argument("--keep-auto", action="store_true", default=None,
                          help="allow HF's 'auto' values (default: yes when the file has any, for import)")
-    describe = sub.add_parser("describe", help="list the keys under a path with type, default and description")
-    describe.add_argument("path", nargs="?", default="deepspeed", help="dotted path, e.g. deepspeed.fp16")
+    explain = sub.add_parser("explain", help="what a key means: description, type, default, allowed values, "
+                             "DeepSpeed versions, aliases, the group options that set it and the rules on it")
+    explain.add_argument("key", nargs="?", default="",
+                         help="dotted path, e.g. deepspeed.fp16 or zero_optimization.stage (none: the section tree)")
+    explain.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
+    explain.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
+    describe = sub.add_parser("describe", help="the key listing of `dsconf explain PATH` (kept for scripts)")
+    describe.add_argument("key", nargs="?", default="deepspeed", metavar="path",
+                          help="dotted path, e.g. deepspeed.fp16")
     describe.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
+    diff = sub.add_parser("diff", help="the DeepSpeed keys that differ between two configs, defaults applied")
+    for side in ("a", "b"):
+        diff.add_argument(side, help="a DeepSpeed config file, a run's output dir (its ds_config.json), or "
+                                     "overrides as one argument ('zero=stage2 precision=bf16'; '' = dsconf's defaults)")
+    diff.add_argument("--world-size", type=int, default=None,
+                      help="total ranks (default: what a file's batch triple implies, else dsconf's default)")
+    diff.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
     sub.add_parser("groups", help="list config groups and their options")
+    estimate = sub.add_parser("estimate", help="model-state memory per GPU and per node under each ZeRO option, "
+                              "from DeepSpeed's estimators")
+    estimate.add_argument("overrides", nargs="*", help="Hydra overrides: mark the row of the composed config")
+    estimate.add_argument("--params", required=True, help="total parameters, e.g. 7b, 350m, 1.3e9, 1_000_000")
+    estimate.add_argument("--largest-layer-params", default=None,
+                          help="parameters of the largest layer, for ZeRO-3 (default: --params / 10)")
+    estimate.add_argument("--gpus-per-node", type=int, default=1, help="GPUs per node (default: 1)")
+    estimate.add_argument("--nodes", type=int, default=1, help="nodes (default: 1)")
+    estimate.add_argument("--gpu-memory", type=float, default=None, metavar="GiB",
+                          help="memory of one GPU: say which rows fit")
+    estimate.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    report = sub.add_parser("report", help="write SWEEP_DIR/report.html: the summary table, a plot per metric "
+                            "across jobs, the jobs' loss curves (needs the dsconf[report] extra)")
+    report.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's dir (hydra.sweep.dir)")
     return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return _run(args)
+        code = _run(args)
+        sys.stdout.flush()  # here rather than at exit, so that a reader gone early is caught below
+        return code
     except ConfigError as err:
         print(f"dsconf: {err}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+    except BrokenPipeError:  # `dsconf explain | head`: the reader has what it wanted; the exit flush stays quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -68,17 +104,18 @@ def _run(args: argparse.Namespace) -> int:
         return _validate(args)
     if args.command == "import":
         return _import(args)
-    if args.command == "describe":
-        from dsconf.composition import chosen_types
-        from dsconf.schema.introspect import describe
+    if args.command == "estimate":
+        return _estimate(args)
+    if args.command in ("explain", "describe"):
+        from dsconf import explain
 
-        rows = describe(args.path, types=chosen_types(args.overrides))
-        if not rows:
-            raise ConfigError(f"{args.path}: no such section in dsconf's schema")
-        width = max(len(k) for k in rows)
-        for key, text in rows.items():
-            print(f"{args.path}.{key:<{width}}  {text}")
-        return 0
+        return explain.run(args)
+    if args.command == "diff":
+        from dsconf import diff
+
+        return diff.run(args)
+    if args.command == "report":
+        return _report(args)
 
     from dsconf.composition import compose
 
@@ -127,6 +164,64 @@ def _import(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr if report.warnings and "warning" in line else sys.stdout)
     print(f"wrote {written}: try `dsconf show --config-dir {os.path.dirname(written) or '.'} "
           f"--config-name {os.path.splitext(os.path.basename(written))[0]} --world-size {report.world_size}`")
+    return 0
+
+
+def _estimate(args: argparse.Namespace) -> int:
+    """Exit 0 with the table or JSON; 2 for a bad argument, a config mistake, or DeepSpeed not installed."""
+    import contextlib
+
+    from dsconf import estimate as est
+
+    try:
+        params = est.parse_count(args.params, "--params")
+        largest = (None if args.largest_layer_params is None
+                   else est.parse_count(args.largest_layer_params, "--largest-layer-params"))
+        est.check_counts(gpus_per_node=args.gpus_per_node, nodes=args.nodes)
+        ds = None
+        if args.overrides:  # composed first: a config mistake is reported before DeepSpeed is imported
+            from dsconf.composition import compose
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                ds = compose(est.batch_default(args.overrides), world_size=args.gpus_per_node * args.nodes)
+            for warning in caught:
+                print(f"dsconf: warning: {warning.message}", file=sys.stderr)
+        # DeepSpeed logs its accelerator detection to stdout on import: stdout is for the table/JSON.
+        with contextlib.redirect_stdout(sys.stderr):
+            rows = est.estimate(params, largest, gpus_per_node=args.gpus_per_node, nodes=args.nodes)
+        if args.gpu_memory is not None:
+            rows = est.mark_fits(rows, args.gpu_memory)
+        if ds is not None:
+            rows, notes = est.mark_selected(rows, ds)
+            for note in notes:
+                print(f"dsconf: note: {note}", file=sys.stderr)
+    except est.EstimateError as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if args.json:
+        print(json.dumps([row.as_json() for row in rows], indent=2))
+    else:
+        print("\n".join(est.render_table(rows, params=params, largest_layer_params=largest,
+                                         gpus_per_node=args.gpus_per_node, nodes=args.nodes,
+                                         gpu_memory_gib=args.gpu_memory)))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from dsconf.launch.report import MissingExtraError, SweepDirError, write_report
+
+    try:
+        report = write_report(args.sweep_dir)
+    except SweepDirError as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_NOT_A_SWEEP
+    except MissingExtraError as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
+    counted = [f"{n} {word}{'' if n == 1 else 's'}" for n, word in
+               ((report.jobs, "job"), (report.metric_plots, "metric plot"), (report.curve_plots, "curve plot"))]
+    print(f"wrote {report.path}: {', '.join(counted)}")
     return 0
 
 

@@ -5,6 +5,7 @@ Every mistake Hydra or OmegaConf detects while composing becomes a ``ConfigError
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Iterable, List, Optional
 
@@ -32,8 +33,8 @@ def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] =
     register()
     overrides = list(overrides)
     GlobalHydra.instance().clear()
-    try:
-        context = (initialize_config_dir(config_dir=config_dir, version_base=None) if config_dir
+    try:  # Hydra takes only an absolute config dir; a relative one is relative to the working directory
+        context = (initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None) if config_dir
                    else initialize(version_base=None, config_path=None))
         with context:
             return hydra_compose(config_name=config_name, overrides=overrides)
@@ -110,18 +111,22 @@ def _key_hint(path: str, overrides: Iterable[str] = ()) -> str:
 
 
 def chosen_types(overrides: Iterable[str]) -> dict:
-    """Optimizer/scheduler types the overrides select (for hints about their params)."""
+    """Optimizer/scheduler types and the sparsity mode the overrides select: they decide which keys exist under
+    ``params`` and ``sparse_attention`` (for hints and ``dsconf explain``), without composing."""
     from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS
     from dsconf.schema.root import DEFAULT_GROUPS
 
-    chosen = {"optimizer": OPTIMIZER_OPTIONS.get(DEFAULT_GROUPS["optimizer"]), "scheduler": None}
+    chosen = {"optimizer": OPTIMIZER_OPTIONS.get(DEFAULT_GROUPS["optimizer"]), "scheduler": None,
+              "sparse_attention": None}
     for item in overrides:
         key, _, value = item.lstrip("+~").partition("=")
         if key == "optimizer":
             chosen["optimizer"] = OPTIMIZER_OPTIONS.get(value)
         elif key == "scheduler":
             chosen["scheduler"] = SCHEDULER_OPTIONS.get(value)
-        elif key in ("deepspeed.optimizer.type", "deepspeed.scheduler.type"):
+        elif key == "sparse_attention":
+            chosen["sparse_attention"] = None if value == "none" else value
+        elif key in ("deepspeed.optimizer.type", "deepspeed.scheduler.type", "deepspeed.sparse_attention.mode"):
             chosen[key.split(".")[1]] = value
     return chosen
 

@@ -121,3 +121,71 @@ def register() -> None:
     for name, node in ACTIVATION_CHECKPOINTING.items():
         store("activation_checkpointing", name, {"activation_checkpointing": node})
     _registered = True
+
+
+def option_settings() -> Dict[str, Dict[str, Any]]:
+    """'group=option' -> the config that option composes in, as a nested dict from the root (its package
+    applied), read back from the ConfigStore: what Hydra merges, not a second description of the options."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    register()
+    store = ConfigStore.instance()
+    out: Dict[str, Dict[str, Any]] = {}
+    for group, options in group_options().items():
+        for option in options:
+            stored = store.load(f"{group}/{option}.yaml")
+            node: Any = OmegaConf.to_container(stored.node, resolve=False)
+            for part in reversed((stored.package or "").split(".")):
+                node = {part: node} if part else node
+            out[f"{group}={option}"] = node
+    return out
+
+
+# What each group configures, and the options whose effect a list of settings would not explain.
+GROUP_HELP = {
+    "precision": "mixed precision (deepspeed.fp16 / bf16 / amp / torch_autocast)",
+    "zero": "ZeRO partitioning and offload (deepspeed.zero_optimization)",
+    "optimizer": "deepspeed.optimizer",
+    "scheduler": "deepspeed.scheduler",
+    "sparse_attention": "deepspeed.sparse_attention",
+    "activation_checkpointing": "deepspeed.activation_checkpointing",
+}
+_OPTION_NOTES = {
+    "precision=fp32": "full precision (no fp16/bf16 section)",
+    "optimizer=none": "no optimizer section: pass your own optimizer to deepspeed.initialize",
+    "optimizer=torch": "any torch.optim class: set deepspeed.optimizer.type (and its params with '+')",
+    "scheduler=none": "no scheduler section",
+    "sparse_attention=none": "no sparse attention",
+    "activation_checkpointing=none": "no activation checkpointing section",
+}
+
+
+def option_help(group: str, option: str) -> str:
+    """One line on what ``group=option`` sets, derived from the option's own definition above."""
+    note = _OPTION_NOTES.get(f"{group}={option}")
+    if note:
+        return note
+    if group == "optimizer":
+        return f"type={OPTIMIZER_OPTIONS[option]} with DeepSpeed's default params"
+    if group == "scheduler":
+        return f"type={SCHEDULER_OPTIONS[option]} with DeepSpeed's default params"
+    if group == "sparse_attention":
+        return f"mode={option} ({SPARSITY_MODES[option].__name__} defaults)"
+    if group == "activation_checkpointing":
+        node = ACTIVATION_CHECKPOINTING[option]
+        changed = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)
+                   if getattr(node, f.name) != getattr(type(node)(), f.name)}
+        return ", ".join(_settings(changed)) or "DeepSpeed's defaults"
+    source = PRECISION if group == "precision" else ZERO
+    return ", ".join(_settings(source[option]))
+
+
+def _settings(node: Dict[str, Any], prefix: str = "") -> list:
+    out = []
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out += _settings(value, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key}={str(value).lower() if isinstance(value, bool) else value}")
+    return out

@@ -19,6 +19,8 @@ example's ``model`` and ``train`` keys, typed by the dataclasses in ``examples/t
 
 from __future__ import annotations
 
+import os
+
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from training import ModelConfig, TrainConfig, train  # examples/training.py, next to this script
@@ -30,14 +32,19 @@ ConfigStore.instance().store(name="train_schema", node={"model": ModelConfig, "t
 
 
 @dsconf.main(config_path="conf", config_name="train", version_base=None)
-def main(cfg: DictConfig) -> str:
+def main(cfg: DictConfig) -> float:
     from dsconf.launch.context import deepspeed_config, job_dir
 
     model_cfg = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True))
     train_cfg = TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     m = train(deepspeed_config(), model_cfg, train_cfg, out_dir=job_dir())
-    # rank 0's return value is what a sweep's summary shows for this job
-    return f"loss {m['initial_loss']:.3f} -> {m['final_loss']:.3f}, {m['samples_per_second'] or 0:,.0f} samples/s"
+    if os.environ.get("RANK", "0") == "0" and m["final_loss"] is not None:
+        print(f"loss {m['initial_loss']:.3f} -> {m['final_loss']:.3f}, {m['samples_per_second'] or 0:,.0f} samples/s",
+              flush=True)
+    # Rank 0's return value is the job's result: a number, because Hydra's Optuna sweeper refuses a return value
+    # that is not float-castable, and a sweep's summary makes a number its `return` column. NaN when nothing
+    # was trained (the checkpoint already had train.steps): there is no loss to report.
+    return float(m["final_loss"]) if m["final_loss"] is not None else float("nan")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 - activation checkpointing through ``deepspeed.checkpointing`` when the dict has that section;
 - checkpoints with ``engine.save_checkpoint`` / ``engine.load_checkpoint`` (every rank takes part);
 - progress on rank 0 every ``steps_per_print`` steps (plus the first and the last), with a
-  forward/backward/optimizer time breakdown when ``wall_clock_breakdown`` is on, and ``metrics.json``.
+  forward/backward/optimizer time breakdown when ``wall_clock_breakdown`` is on, and ``metrics.json``
+  (with the loss of every step: ``dsconf report`` draws it as the job's loss curve).
 
 The task is synthetic, so nothing is downloaded: token sequences from a fixed random Markov chain, and a tiny
 causal transformer learns to predict the next token. The loss starts near ``ln(vocab_size)`` and falls towards
@@ -230,6 +231,9 @@ def train(ds_config: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainCon
               f"batch {engine.train_batch_size()} = {micro} per rank x {gas} accumulation x {world} ranks", flush=True)
 
     losses: list[torch.Tensor] = []  # this optimizer step's micro-batch losses
+    # every optimizer step's loss, kept as tensors and averaged over ranks once at the end: one collective in
+    # all (not one per step), and no device sync inside the loop
+    step_losses: list[torch.Tensor] = []
     phases = dict.fromkeys(("forward", "backward", "optimizer"), 0.0)
     while engine.global_steps < train_cfg.steps:
         index = engine.global_steps * gas + len(losses)  # this rank's micro-batch number
@@ -250,6 +254,7 @@ def train(ds_config: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainCon
             continue
         step_loss = torch.stack(losses).mean()
         losses.clear()
+        step_losses.append(step_loss)
         step = engine.global_steps
         if progress.reports(step):
             report(progress, step, mean_over_ranks(step_loss), engine.get_lr()[0], phases, rank)
@@ -274,6 +279,9 @@ def train(ds_config: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainCon
         "zero_stage": int(engine.zero_optimization_stage()),
         "dtype": describe_dtype(ds_config),
         "activation_checkpointing": model.checkpoint is not None and deepspeed.checkpointing.is_configured(),
+        # [step, loss averaged over ranks] for every step this run trained (a resumed run starts after its
+        # checkpoint's step)
+        "losses": [[start_step + 1 + i, round(loss, 5)] for i, loss in enumerate(means_over_ranks(step_losses))],
     }
     if rank == 0 and out_dir:
         with open(os.path.join(out_dir, METRICS_FILE), "w", encoding="utf-8") as fh:
@@ -300,6 +308,17 @@ def report(progress: Progress, step: int, loss: float, lr: float, phases: dict[s
     progress.since, progress.since_step = now, step
     if rank == 0:
         print(line, flush=True)
+
+
+def means_over_ranks(values: list[torch.Tensor]) -> list[float]:
+    """Each value averaged over ranks, in one all-reduce; every rank has as many values (the same steps)."""
+    if not values:
+        return []
+    import deepspeed.comm as ds_dist
+
+    stacked = torch.stack([v.detach().float() for v in values])
+    ds_dist.all_reduce(stacked)
+    return (stacked / ds_dist.get_world_size()).tolist()
 
 
 def mean_over_ranks(value: torch.Tensor) -> float:

@@ -89,6 +89,17 @@ fi
 log "building DeepSpeed's CPU ops once (about 2 minutes on first use, seconds afterwards)"
 DS_ACCELERATOR=cpu .venv/bin/python examples/warmup.py
 
+# --- Chromium: tests/launch/test_report.py renders `dsconf report`'s page in it, headless ------------
+# Only where apt-get exists and Chromium is missing (Debian's package; CI runs this as root on a fresh
+# machine). Elsewhere, or if the install fails, that test skips and says why: setup goes on.
+as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium with apt-get (for the report's browser test)"
+    if ! { as_root apt-get update -q && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; then
+        log "could not install chromium: the browser test in tests/launch/test_report.py will skip"
+    fi
+fi
+
 # --- .venv-ds0195: torch + DeepSpeed 0.19.5 only, for comparisons against the older DeepSpeed -----
 if [[ "$with_ds0195" == 1 ]]; then
     ds_stamp="$(stamp_of "$torch_req" "$ds0195_req")"

@@ -129,6 +129,25 @@ def test_config_dir_and_name(tmp_path):
     assert shown["zero_optimization"]["stage"] == 2
 
 
+
+@pytest.mark.parametrize("command", ["show", "check"])
+def test_a_relative_config_dir_is_relative_to_the_working_directory(tmp_path, command):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "train.yaml").write_text("defaults:\n  - dsconf\n  - override zero: stage2\n  - _self_\n")
+    proc = run(tmp_path, command, "--config-dir", "conf", "--config-name", "train", "--world-size", "2", MB)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert ("train_batch_size=8 " in proc.stdout if command == "check"
+            else json.loads(proc.stdout)["zero_optimization"]["stage"] == 2)
+
+
+def test_compose_takes_a_relative_config_dir(tmp_path, monkeypatch):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "train.yaml").write_text("defaults:\n  - dsconf\n  - override zero: stage1\n  - _self_\n")
+    monkeypatch.chdir(tmp_path)
+    ds = dsconf.compose([MB], world_size=1, config_dir="conf", config_name="train")
+    assert ds["zero_optimization"]["stage"] == 1
+
 def test_describe_params_of_the_chosen_optimizer():
     import contextlib
     import io

@@ -2,7 +2,8 @@
 
 - ``dsconf.launch.core``: one job through torch elastic (``launch(task_fn, cfg)``); imports torch.
 - ``dsconf.launch.entry``: ``@dsconf.main``, the ``@hydra.main`` whose task runs on every rank.
-- ``dsconf.launch.sweep``: the jobs of a ``-m`` sweep, parallel packing, the summary.
+- ``dsconf.launch.sweep``: the jobs of a ``-m`` sweep, parallel packing.
+- ``dsconf.launch.report``: the sweep's summary (with the jobs' metrics) and ``dsconf report``'s HTML page.
 - ``dsconf.launch.context``: what a running rank can ask (the job's DeepSpeed dict, its dir).
 
 ``dsconf.launch.launch`` and ``dsconf.launch.deepspeed_config`` are resolved on first use: importing this

@@ -31,7 +31,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from dsconf.errors import ConfigError
-from dsconf.launch import context
+from dsconf.launch import command_line, context
 
 _UNSPECIFIED_: Any = object()
 DSCONF_TASK_ATTR = "__dsconf_task__"  # the user's function behind a @dsconf.main wrapper
@@ -43,6 +43,7 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
     import hydra
 
     _register_groups()
+    command_line.install()
     kwargs: dict[str, Any] = {"config_name": config_name}
     if config_path is not _UNSPECIFIED_:
         kwargs["config_path"] = config_path
@@ -61,7 +62,8 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
         @functools.wraps(app)
         def entry(*args: Any, **kwargs: Any) -> Any:
             try:
-                return app(*args, **kwargs)
+                with command_line.dsconf_app():
+                    return app(*args, **kwargs)
             except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
                 _exit("interrupted", 130)
 

@@ -16,8 +16,9 @@ resolvers, Hydra's singletons — and torch, imported once here before the first
   ``fail_fast``, which stops the running jobs and skips the rest.
 - SIGINT/SIGTERM to the launcher: every running job process gets SIGTERM (its agent stops its ranks),
   and after a grace period whatever is left of its process group is SIGKILLed. Pending jobs are skipped.
-- At the end of each batch the summary table (job, overrides, status, wall time, result or error) is
-  printed and written to ``<sweep dir>/summary.md`` and ``summary.json`` (all batches so far).
+- At the end of each batch the summary table (job, overrides, status, wall time, result or error, and one
+  column per metric the jobs left behind) is printed and written to ``<sweep dir>/summary.md`` and
+  ``summary.json`` (all batches so far); ``dsconf.launch.report`` writes and reads them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import json
 import logging
 import multiprocessing
 import os
@@ -35,12 +35,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from dsconf.launch._worker import die_with_parent, dumps
+from dsconf.launch.command_line import take_composed_job
+from dsconf.launch.report import JobRecord, format_table, job_metrics, write_summary
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +59,6 @@ class LauncherOptions:
 
 
 @dataclass
-class JobRecord:
-    """One line of the sweep summary."""
-
-    job: int
-    overrides: list[str]
-    status: str = "PENDING"  # COMPLETED | FAILED | SKIPPED
-    wall_s: float = 0.0
-    result: str = ""  # repr of rank 0's return value, or the error's first line
-    error: str = ""  # the full error text
-    job_dir: str = ""
-
-
-@dataclass
 class _Job:
     record: JobRecord
     sweep_config: Any
@@ -79,6 +68,7 @@ class _Job:
     process: Any = None
     conn: Optional[Connection] = None
     started: float = 0.0
+    started_at: float = 0.0  # wall clock (time.time()): a metrics.json older than this is an earlier run's
     devices: Optional[list[str]] = None
     stop_sent: float = 0.0
     kill_at: Optional[float] = None
@@ -111,7 +101,8 @@ class SweepRunner:
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            sweep_config = (take_composed_job(list(overrides))
+                            or self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
                 sweep_config.hydra.job.num = idx
@@ -131,7 +122,7 @@ class SweepRunner:
         from dsconf.world import parse_nnodes, resolve_nproc_per_node
 
         try:
-            dist = dist_settings(_task_cfg(sweep_config), self.options.dist)
+            dist = dist_settings(task_cfg(sweep_config), self.options.dist)
             nproc, timeout = resolve_nproc_per_node(dist.get("nproc_per_node", 1)), dist.get("timeout")
             exclusive = parse_nnodes(dist.get("nnodes", 1))[1] > 1 or bool(str(dist.get("rdzv_endpoint") or "").strip())
         except Exception:  # the job process reports the config error properly
@@ -176,7 +167,7 @@ class SweepRunner:
             args=(sender, self.hydra_context, self.task_function, job.sweep_config, self.options.dist,
                   job.record.job, devices),
         )
-        job.started = time.monotonic()
+        job.started, job.started_at = time.monotonic(), time.time()
         job.record.status = "RUNNING"
         job.process.start()
         sender.close()
@@ -311,7 +302,11 @@ def _settle(job: _Job, now: float) -> None:
     record, ret = job.record, job.ret
     record.wall_s = round(now - job.started, 3)
     record.job_dir = str(Path(ret.hydra_cfg.hydra.runtime.output_dir)) if _has_output_dir(ret) else ""
-    if ret.status == JobStatus.COMPLETED:
+    completed = ret.status == JobStatus.COMPLETED
+    job_dir = Path(record.job_dir) if record.job_dir else None
+    # a failed job's metrics.json still counts: how far it got is worth a column
+    record.metrics = job_metrics(ret._return_value if completed else None, job_dir, since=job.started_at)
+    if completed:
         record.status, record.result = "COMPLETED", _short(repr(ret._return_value))
         log.info(f"job #{record.job} completed in {record.wall_s:.1f} s")
     else:
@@ -337,13 +332,13 @@ def _failed_return(sweep_config: Any, overrides: list[str], error: BaseException
     """A FAILED ``JobReturn`` for a job whose process could not report one itself."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    ret = JobReturn(overrides=list(overrides), cfg=_task_cfg(sweep_config), hydra_cfg=copy.deepcopy(sweep_config),
+    ret = JobReturn(overrides=list(overrides), cfg=task_cfg(sweep_config), hydra_cfg=copy.deepcopy(sweep_config),
                     status=JobStatus.FAILED)
     ret.return_value = error
     return ret
 
 
-def _task_cfg(sweep_config: Any) -> Any:
+def task_cfg(sweep_config: Any) -> Any:
     from omegaconf import open_dict, read_write
 
     cfg = copy.deepcopy(sweep_config)
@@ -392,21 +387,3 @@ def _import_torch_elastic() -> None:
     """Import torch elastic once in the launcher, so forked job processes start without the import cost."""
     import dsconf.launch._compat  # noqa: F401
     import dsconf.launch.core  # noqa: F401
-
-
-def format_table(records: Sequence[JobRecord]) -> str:
-    """The summary as a Markdown table; overrides shared by every job are left out of the table."""
-    common = set.intersection(*(set(r.overrides) for r in records)) if len(records) > 1 else set()
-    rows = [["job", "overrides", "status", "wall (s)", "result / error"], ["---"] * 5]
-    for r in records:
-        shown = " ".join(o for o in r.overrides if o not in common) or "(none)"
-        rows.append([str(r.job), shown, r.status, f"{r.wall_s:.1f}", r.result])
-    return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows)
-
-
-def write_summary(records: Sequence[JobRecord], sweep_dir: Path) -> None:
-    counts = {s: sum(r.status == s for r in records) for s in ("COMPLETED", "FAILED", "SKIPPED")}
-    head = f"# dsconf sweep summary\n\n{len(records)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    (sweep_dir / "summary.md").write_text(head + "\n\n" + format_table(records) + "\n", encoding="utf-8")
-    data = {"jobs": [asdict(r) for r in records], "counts": counts}
-    (sweep_dir / "summary.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 from functools import cache
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig
 from dsconf.schema.precision import BF16Config
@@ -67,25 +67,61 @@ def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
     return None
 
 
-def model_at(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None
-             ) -> Optional[type]:
-    """The schema model describing the node at a dotted path (None where it is free-form).
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One resolved part of a dotted path: the field, its owner, and the model of its value (None: a leaf, or
+    a free-form node)."""
 
-    ``types`` names the optimizer/scheduler type in use, which decides the model of their ``params``.
+    name: str  # the field's own name
+    written: str  # the part as written: the name, or one of the field's aliases
+    owner: type
+    type: Any
+    field: dataclasses.Field
+    model: Optional[type]
+
+
+def walk(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None) -> List[Step]:
+    """The fields along a dotted path, as far as the schema knows them (fewer steps than parts: the first part
+    left over is unknown). Aliases resolve to the field they spell.
+
+    ``types`` names what decides a dynamic model: the optimizer/scheduler type (their ``params``) and the
+    sparsity mode (``sparse_attention``), as ``composition.chosen_types`` reads them from overrides.
     """
     types = types or {}
+    steps: List[Step] = []
     cls: Optional[type] = root
-    section = ""
     for part in [p for p in path.split(".") if p]:
-        if cls is None or part not in fields_of(cls):
-            return None
-        tp, _ = unwrap_optional(fields_of(cls)[part][0])
-        if dataclasses.is_dataclass(tp):
-            cls = tp
-        else:
-            cls = dynamic_model(cls, part, {"type": types.get(section) or ""})
-        section = part
-    return cls
+        name = field_name(cls, part) if cls is not None else None
+        if cls is None or name is None:
+            break
+        tp, field = fields_of(cls)[name]
+        inner, _ = unwrap_optional(tp)
+        section = steps[-1].name if steps else ""
+        # the node a dynamic model is read from: the section itself, or for ``params`` its parent (the type)
+        value = {"type": types.get(section) or ""} if name == "params" else (
+            {"mode": types[name]} if types.get(name) else {})
+        model = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, name, value)
+        steps.append(Step(name, part, cls, tp, field, model))
+        cls = model
+    return steps
+
+
+def field_name(cls: type, part: str) -> Optional[str]:
+    """The field ``part`` names in ``cls``: itself, or the field that has it as an alias."""
+    fields = fields_of(cls)
+    if part in fields:
+        return part
+    return next((name for name, (_, f) in fields.items() if part in (f.metadata.get("aliases") or ())), None)
+
+
+def model_at(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None
+             ) -> Optional[type]:
+    """The schema model describing the node at a dotted path (None where it is free-form or unknown)."""
+    parts = [p for p in path.split(".") if p]
+    steps = walk(path, root, types)
+    if len(steps) < len(parts):
+        return None
+    return steps[-1].model if steps else root
 
 
 def describe(path: str = "", root: type = DsconfConfig, types: Optional[Dict[str, Optional[str]]] = None
@@ -98,15 +134,20 @@ def describe(path: str = "", root: type = DsconfConfig, types: Optional[Dict[str
     for name, (tp, field) in fields_of(cls).items():
         default = default_of(field)
         shown = "(section)" if dataclasses.is_dataclass(default) else repr(default)
-        meta = field.metadata
-        notes = [f"'auto': filled by HF from {meta['auto']}"] if meta.get("auto") else []
-        notes += [f"since DeepSpeed {meta['since']}"] if meta.get("since") else []
-        notes += [f"removed in DeepSpeed {meta['until']}"] if meta.get("until") else []
-        notes += [f"also spelt {', '.join(meta['aliases'])}"] if meta.get("aliases") else []
-        notes += [f"deprecated: use {meta['legacy']}"] if meta.get("legacy") else []
+        notes = field_notes(field.metadata)
         extra = f" [{'; '.join(notes)}]" if notes else ""
-        out[name] = f"{type_name(tp)} = {shown}  # {meta.get('help', '')}{extra}"
+        out[name] = f"{type_name(tp)} = {shown}  # {field.metadata.get('help', '')}{extra}"
     return out
+
+
+def field_notes(meta: typing.Mapping[str, Any]) -> List[str]:
+    """The short notes a key's listing carries after its description (HF 'auto', versions, spellings)."""
+    notes = [f"'auto': filled by HF from {meta['auto']}"] if meta.get("auto") else []
+    notes += [f"since DeepSpeed {meta['since']}"] if meta.get("since") else []
+    notes += [f"removed in DeepSpeed {meta['until']}"] if meta.get("until") else []
+    notes += [f"also spelt {', '.join(meta['aliases'])}"] if meta.get("aliases") else []
+    notes += [f"deprecated: use {meta['legacy']}"] if meta.get("legacy") else []
+    return notes
 
 
 def type_name(tp: Any) -> str:

@@ -10,7 +10,7 @@ user sees every problem at once. Each rule says who enforces it (``enforced_by``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dsconf.errors import Problem
 from dsconf.schema.introspect import default_of, fields_of
@@ -28,6 +28,10 @@ class Rule:
     enforced_by: Optional[str]  # "parse", "initialize" or None (dsconf's own)
     deepspeed_says: str = ""  # initialize-time rules: DeepSpeed's own refusal text, as in its source
     why: str = ""  # dsconf's own rules: why dsconf refuses what DeepSpeed runs
+    # The keys the rule reads, relative to the ``deepspeed`` node (a section: every key in it). Declared next to
+    # the rule so that ``dsconf explain`` lists the rules of a key; tests/validation/test_rule_coverage.py holds
+    # them against the paths each rule reports.
+    keys: Tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -37,12 +41,14 @@ class Rule:
 RULES: List[Rule] = []
 
 
-def rule(enforced_by: Optional[str], *, deepspeed_says: str = "", why: str = "") -> Callable[[Check], Check]:
+def rule(enforced_by: Optional[str], *, keys: Tuple[str, ...], deepspeed_says: str = "", why: str = ""
+         ) -> Callable[[Check], Check]:
     assert enforced_by in ("parse", "initialize", None) and (enforced_by or why)
     assert enforced_by != "initialize" or deepspeed_says
+    assert keys, "declare the keys the rule reads"
 
     def register(check: Check) -> Check:
-        RULES.append(Rule(check, enforced_by, deepspeed_says, why))
+        RULES.append(Rule(check, enforced_by, deepspeed_says, why, tuple(keys)))
         return check
 
     return register
@@ -72,7 +78,7 @@ def _optimizer_spec(ds: Dict[str, Any]):
     return None, None
 
 
-@rule("parse")
+@rule("parse", keys=("fp16.enabled", "bf16.enabled", "amp.enabled"))
 def one_precision(ds: Dict[str, Any]) -> List[Problem]:
     on = [s for s in ("fp16", "bf16", "amp") if _enabled(ds, s)]
     if len(on) > 1:
@@ -81,7 +87,9 @@ def one_precision(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("parse")
+@rule("parse",
+      keys=("fp16.fp16_master_weights_and_grads", "bf16.bf16_master_weights_and_grads", "bf16.bf16_optimizer_states",
+            "zero_optimization.stage"))
 def master_weights_need_zero(ds: Dict[str, Any]) -> List[Problem]:
     problems = []
     for section, key in (("fp16", "fp16_master_weights_and_grads"), ("bf16", "bf16_master_weights_and_grads"),
@@ -96,7 +104,7 @@ def master_weights_need_zero(ds: Dict[str, Any]) -> List[Problem]:
     return problems
 
 
-@rule("parse")
+@rule("parse", keys=("fp16.enabled", "fp16.loss_scale", "fp16.loss_scale_window", "fp16.min_loss_scale"))
 def dynamic_loss_scale_settings(ds: Dict[str, Any]) -> List[Problem]:
     fp16 = ds.get("fp16") or {}
     problems = []
@@ -107,7 +115,7 @@ def dynamic_loss_scale_settings(ds: Dict[str, Any]) -> List[Problem]:
     return problems
 
 
-@rule("parse")
+@rule("parse", keys=("zero_optimization.offload_optimizer.ratio", "zero_optimization.stage"))
 def partial_offload_needs_stage3(ds: Dict[str, Any]) -> List[Problem]:
     offload = (ds.get("zero_optimization") or {}).get("offload_optimizer") or {}
     if _number(offload.get("ratio"), 1.0) < 1.0 and _stage(ds) not in (3, None):
@@ -121,7 +129,8 @@ def _offloads(ds: Dict[str, Any], key: str) -> bool:
     return device in ("cpu", "nvme")
 
 
-@rule(None, why="DeepSpeed silently runs without optimizer offload at stage 0")
+@rule(None, why="DeepSpeed silently runs without optimizer offload at stage 0",
+      keys=("zero_optimization.offload_optimizer.device", "zero_optimization.stage"))
 def optimizer_offload_needs_zero(ds: Dict[str, Any]) -> List[Problem]:
     if _offloads(ds, "offload_optimizer") and _stage(ds) == 0:
         return [Problem(f"{P}.zero_optimization.offload_optimizer", "optimizer offload needs ZeRO stage >= 1",
@@ -129,7 +138,8 @@ def optimizer_offload_needs_zero(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule(None, why="DeepSpeed silently keeps parameters on the GPU below stage 3")
+@rule(None, why="DeepSpeed silently keeps parameters on the GPU below stage 3",
+      keys=("zero_optimization.offload_param.device", "zero_optimization.stage"))
 def param_offload_needs_stage3(ds: Dict[str, Any]) -> List[Problem]:
     if _offloads(ds, "offload_param") and _stage(ds) not in (3, None):
         return [Problem(f"{P}.zero_optimization.offload_param", "parameter offload needs ZeRO stage 3",
@@ -137,7 +147,9 @@ def param_offload_needs_stage3(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule(None, why="DeepSpeed fails only when it creates its swap files, inside deepspeed.initialize on every rank")
+@rule(None, why="DeepSpeed fails only when it creates its swap files, inside deepspeed.initialize on every rank",
+      keys=("zero_optimization.offload_optimizer.device", "zero_optimization.offload_optimizer.nvme_path",
+            "zero_optimization.offload_param.device", "zero_optimization.offload_param.nvme_path"))
 def nvme_offload_needs_path(ds: Dict[str, Any]) -> List[Problem]:
     zero = ds.get("zero_optimization") or {}
     return [Problem(f"{P}.zero_optimization.{key}.nvme_path", "is required with device=nvme")
@@ -145,7 +157,8 @@ def nvme_offload_needs_path(ds: Dict[str, Any]) -> List[Problem]:
             and not (zero.get(key) or {}).get("nvme_path")]
 
 
-@rule(None, why="DeepSpeed silently ignores an offload block's settings while its device is 'none'")
+@rule(None, why="DeepSpeed silently ignores an offload block's settings while its device is 'none'",
+      keys=("zero_optimization.offload_optimizer", "zero_optimization.offload_param"))
 def offload_settings_need_device(ds: Dict[str, Any]) -> List[Problem]:
     zero = ds.get("zero_optimization") or {}
     problems = []
@@ -161,7 +174,7 @@ def offload_settings_need_device(ds: Dict[str, Any]) -> List[Problem]:
     return problems
 
 
-@rule("parse")
+@rule("parse", keys=("zero_optimization.compute_grad_norm", "zero_optimization.stage"))
 def compute_grad_norm_needs_stage_1_or_2(ds: Dict[str, Any]) -> List[Problem]:
     zero = ds.get("zero_optimization") or {}
     if zero.get("compute_grad_norm") is False and _stage(ds) not in (1, 2, None):
@@ -169,7 +182,7 @@ def compute_grad_norm_needs_stage_1_or_2(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("parse")
+@rule("parse", keys=("gradient_allreduce_op", "zero_optimization.stage"))
 def allreduce_sum_not_with_stage3(ds: Dict[str, Any]) -> List[Problem]:
     if str(ds.get("gradient_allreduce_op", "mean")).lower() == "sum" and _stage(ds) == 3:
         return [Problem(f"{P}.gradient_allreduce_op", "'sum' is not supported with ZeRO stage 3",
@@ -177,7 +190,8 @@ def allreduce_sum_not_with_stage3(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("initialize", deepspeed_says="Amp and ZeRO are not currently compatible")
+@rule("initialize", deepspeed_says="Amp and ZeRO are not currently compatible",
+      keys=("amp.enabled", "zero_optimization.stage"))
 def amp_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     if _enabled(ds, "amp") and _stage(ds) > 0:
         return [Problem(f"{P}.amp.enabled", "Apex AMP is not compatible with ZeRO (DeepSpeed fails at initialize)",
@@ -185,7 +199,7 @@ def amp_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("initialize", deepspeed_says="is not compatible with ZeRO")
+@rule("initialize", deepspeed_says="is not compatible with ZeRO", keys=("optimizer.type", "zero_optimization.stage"))
 def one_bit_optimizers_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     spec, name = _optimizer_spec(ds)
     if spec is not None and spec.one_bit and _stage(ds) not in (0, None):
@@ -194,7 +208,8 @@ def one_bit_optimizers_without_zero(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("initialize", deepspeed_says="You are using an untested ZeRO Optimizer")
+@rule("initialize", deepspeed_says="You are using an untested ZeRO Optimizer",
+      keys=("optimizer.type", "zero_optimization.stage", "zero_allow_untested_optimizer"))
 def untested_optimizer_with_zero(ds: Dict[str, Any]) -> List[Problem]:
     spec, name = _optimizer_spec(ds)
     if name is None or _stage(ds) in (0, None) or (spec is not None and spec.one_bit):
@@ -206,7 +221,8 @@ def untested_optimizer_with_zero(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("initialize", deepspeed_says="'max_grad_norm' is not supported as an optimizer parameter")
+@rule("initialize", deepspeed_says="'max_grad_norm' is not supported as an optimizer parameter",
+      keys=("optimizer.params.max_grad_norm",))
 def no_max_grad_norm_in_optimizer_params(ds: Dict[str, Any]) -> List[Problem]:
     params = (ds.get("optimizer") or {}).get("params") or {}
     if isinstance(params, dict) and "max_grad_norm" in params:
@@ -215,7 +231,8 @@ def no_max_grad_norm_in_optimizer_params(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("initialize", deepspeed_says="optimizer requires dynamic loss scaling")
+@rule("initialize", deepspeed_says="optimizer requires dynamic loss scaling",
+      keys=("optimizer.type", "fp16.loss_scale"))
 def lamb_needs_dynamic_loss_scale(ds: Dict[str, Any]) -> List[Problem]:
     spec, name = _optimizer_spec(ds)
     if spec is not None and spec.needs_dynamic_loss_scale and (ds.get("fp16") or {}).get("loss_scale", 0) != 0:
@@ -224,7 +241,9 @@ def lamb_needs_dynamic_loss_scale(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule(None, why="DeepSpeed fails only when a sparse attention layer builds its layout, after launch")
+@rule(None, why="DeepSpeed fails only when a sparse attention layer builds its layout, after launch",
+      keys=("sparse_attention.global_block_indices", "sparse_attention.global_block_end_indices",
+            "sparse_attention.horizontal_global_attention", "sparse_attention.attention"))
 def sparse_attention_layout(ds: Dict[str, Any]) -> List[Problem]:
     sparse = ds.get("sparse_attention")
     if not isinstance(sparse, dict):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from hydra.core.config_store import ConfigStore
 
 from dsconf import groups
+from dsconf.launch import command_line
 from dsconf.schema.dist import DistConfig
 
 
@@ -29,3 +30,7 @@ ConfigStore.instance().store(group="hydra/launcher", name="dsconf", node=DsconfL
 
 # the dsconf config groups, so `python train.py zero=stage2 ...` composes without copying YAML
 groups.register()
+
+# Composition mistakes on a dsconf app's command line as dsconf's one-line problems (exit 2): Hydra imports this
+# module while discovering plugins, before it composes, for every app (dsconf.launch.command_line).
+command_line.install()

@@ -72,6 +72,9 @@ def check_job_dir(job_dir: Path, *, world_size: int, steps: int, zero: str, prec
     assert metrics["steps"] == steps
     assert metrics["final_loss"] < metrics["initial_loss"], metrics  # it learned something
     assert metrics["samples_per_second"] and metrics["samples_per_second"] > 0
+    # the loss of every step this run trained, averaged over ranks like the printed ones
+    assert [s for s, _ in metrics["losses"]] == list(range(metrics["start_step"] + 1, steps + 1))
+    assert metrics["losses"][-1][1] == pytest.approx(metrics["final_loss"], abs=1e-4)
     for rank in range(world_size):
         assert (job_dir / "logs" / f"rank{rank}.stdout.log").is_file()
     return metrics
@@ -108,7 +111,10 @@ def check_sweep(sweep_dir: Path, proc: subprocess.CompletedProcess, *, world_siz
         metrics[key] = check_job_dir(Path(job["job_dir"]), world_size=world_size, steps=steps, zero=key[0],
                                      precision=key[1])
         check_checkpoints(Path(job["job_dir"]) / "checkpoints", world_size=world_size, zero=key[0])
-        assert job["result"].strip("'").startswith("loss "), job  # rank 0's return value: "loss a -> b, ..."
+        # rank 0's return value: the final loss as a float (what Hydra's Optuna sweeper needs), a summary column
+        assert float(job["result"]) == pytest.approx(metrics[key]["final_loss"]), job
+        assert job["metrics"]["return"] == pytest.approx(metrics[key]["final_loss"]), job
+        assert job["metrics"]["final_loss"] == metrics[key]["final_loss"], job  # from metrics.json
     assert set(metrics) == expected
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == sorted(str(j["job"]) for j in jobs)
     return metrics
@@ -181,6 +187,7 @@ def test_default_command_trains_in_well_under_a_minute(tmp_path: Path) -> None:
     assert metrics["final_loss"] < metrics["initial_loss"] - 1.0, metrics
     assert elapsed < 60, f"the default run took {elapsed:.0f} s"
     assert "step 30/30" in proc.stdout and "step 20/30" in proc.stdout
+    assert f"loss {metrics['initial_loss']:.3f} -> {metrics['final_loss']:.3f}, " in proc.stdout  # still said
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def train(cfg):
         json.dump(facts, fh)
     if test.get("fail_rank") == rank and test.get("fail_which", test.get("which")) == test.get("which"):
         raise ValueError(f"boom from rank {rank}")
-    if test.get("sleep"):
+    if test.get("sleep") and test.get("sleep_which", test.get("which")) == test.get("which"):
         time.sleep(float(test.sleep))
     dist.barrier()
     dist.destroy_process_group()

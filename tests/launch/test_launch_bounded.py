@@ -227,6 +227,8 @@ def test_fixed_endpoint_jobs_of_a_parallel_sweep_do_not_share_a_store(train_scri
     proc = subprocess.run([sys.executable, str(train_script), "-m", "hydra/launcher=dsconf",
                            "hydra.launcher.max_parallel_jobs=2", "dist.nproc_per_node=2", *BATCH,
                            f"dist.rdzv_endpoint=127.0.0.1:{free_port()}", f"+test.out={out}", "+test.which=a,b",
+                           # b outlives a: on a store of a's, b lost it when a ended
+                           "+test.sleep=4", "+test.sleep_which=b",
                            f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=str(tmp_path), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

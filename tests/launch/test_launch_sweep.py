@@ -34,6 +34,7 @@ def test_sweep_runs_each_job_on_its_own_world_and_reports_the_failed_one(train_s
     assert jobs[3]["result"].startswith("rank 1 failed: ValueError: boom from rank 1")
     assert "ValueError: boom from rank 1" in jobs[3]["error"] and "Traceback" in jobs[3]["error"]
     assert jobs[2]["result"] == repr({"rank": 0, "world": 2, "which": "a"})
+    assert jobs[2]["metrics"] == {"rank": 0, "world": 2} and jobs[3]["metrics"] == {}  # the dict's numbers
     table = (sweep_dir / "summary.md").read_text()
     assert "| 3 | dist.nproc_per_node=2 +test.which=b" in table and "FAILED" in table
     assert "| job | overrides | status | wall (s) | result / error |" in proc.stdout

@@ -147,3 +147,31 @@ def test_which_optimizers_zero_has_tested_is_deepspeeds_list():
         classes = [getattr(importlib.import_module(p.rpartition(".")[0]), p.rpartition(".")[2]) for p in paths]
         supported = all(cls in ZERO_SUPPORTED_OPTIMIZERS for cls in classes)
         assert DEEPSPEED_OPTIMIZERS[name.lower()].zero_tested == supported, name
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_declared_keys_are_schema_keys_and_cover_what_the_rule_reports(name):
+    """``dsconf explain`` lists a rule under the keys it declares: each declared key is in the schema (under some
+    sparsity mode) or is itself a path the rule reports (``optimizer.params.max_grad_norm``, which the schema
+    leaves out on purpose), and every path the rule reports for its case is a declared key, or inside or above
+    one."""
+    from dsconf.composition import chosen_types
+    from dsconf.explain import UnknownKey, resolve
+    from dsconf.schema.sparse_attention import SPARSITY_MODES
+
+    _, config = _config(name)
+    rule = next(r for r in RULES if r.name == name)
+    declared = [f"deepspeed.{key}" for key in rule.keys]
+    reported = {p.path for p in rule.check(config)}
+    optimizer = (config.get("optimizer") or {}).get("type")
+    for key in declared:
+        resolved = []
+        for mode in SPARSITY_MODES:
+            try:
+                resolved.append(resolve(key, {**chosen_types([]), "optimizer": optimizer, "sparse_attention": mode}))
+            except UnknownKey:
+                pass
+        assert resolved or key in reported, f"{name} declares {key}, which is not in the schema"
+    for path in reported:
+        assert any(path == k or path.startswith(k + ".") or k.startswith(path + ".") for k in declared), (
+            f"{name} reports {path} but declares only {declared}")
