@@ -51,11 +51,7 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
     """One clear problem for an error Hydra or OmegaConf raised while composing."""
     from omegaconf.errors import OmegaConfBaseException
 
-    chain: List[BaseException] = []
-    cause: Optional[BaseException] = err
-    while cause is not None and cause not in chain:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
+    chain = exception_chain(err)
     text = "\n".join(str(e) for e in chain)
 
     missing = _MISSING_OPTION.search(text)
@@ -91,6 +87,16 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
     if omega is not None and re.search(r"Key '[^']+' (is )?not in", str(omega)):
         message, hint = "unknown key", _key_hint(path)
     return ConfigError(Problem(path or "overrides", message, hint))
+
+
+def exception_chain(err: BaseException) -> List[BaseException]:
+    """``err`` and every exception it was raised from or during, outermost first."""
+    chain: List[BaseException] = []
+    cause: Optional[BaseException] = err
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    return chain
 
 
 def hydra_error_with_overrides(err: BaseException, overrides: List[str]) -> ConfigError:

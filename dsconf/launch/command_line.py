@@ -200,12 +200,16 @@ def check_sweep(hydra: Any, config_name: Optional[str], overrides: List[str]) ->
     task_overrides = list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
     parsed = OverridesParser.create(config_loader=hydra.config_loader).parse_overrides(params + task_overrides)
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    # only the dsconf launcher takes these back; Hydra's own launchers compose each job themselves
+    keep = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith("DsconfLauncher")
+    _composed_jobs.clear()
     problems: List[Problem] = []
     for num, job in enumerate(jobs):
         where = f"job #{num} ({' '.join(job)})"
         try:
             job_cfg = hydra.config_loader.load_sweep_config(cfg, list(job))
-            _composed_jobs[tuple(job)] = job_cfg
+            if keep:
+                _composed_jobs[tuple(job)] = job_cfg
             validate_job(job_cfg)
         except ConfigError as err:
             problems += [Problem(p.path, f"{where}: {p.message}", p.hint) for p in err.problems]
@@ -227,21 +231,20 @@ def validate_job(job_cfg: Any) -> None:
     """What the launcher checks before starting a job's ranks: ``dist``, then the DeepSpeed dict per world size."""
     from omegaconf import OmegaConf
 
-    from dsconf.launch.core import dist_settings, export_deepspeed, export_for_world_sizes, plan_job
+    from dsconf.launch.core import dist_settings, export_for_world_sizes, plan_job
     from dsconf.launch.sweep import task_cfg
 
     launcher_dist = OmegaConf.select(job_cfg, "hydra.launcher.dist")  # hydra/launcher=dsconf's defaults
     task = task_cfg(job_cfg)
     plan = plan_job(dist_settings(task, launcher_dist))
-    if len(plan.world_sizes) == 1:
-        export_deepspeed(task, plan.world_size, None)
-    else:
-        export_for_world_sizes(task, plan.world_sizes, plan)
+    export_for_world_sizes(task, plan.world_sizes, plan)
 
 
 def _broken_yaml_lists_dsconf(err: BaseException) -> bool:
     """A YAML file too malformed to compose, whose text lists dsconf in a defaults list."""
-    for cause in _chain(err):
+    from dsconf.composition import exception_chain
+
+    for cause in exception_chain(err):
         mark = getattr(cause, "problem_mark", None)
         if mark is not None and os.path.isfile(str(mark.name)):
             with open(str(mark.name), encoding="utf-8", errors="replace") as fh:
@@ -249,18 +252,11 @@ def _broken_yaml_lists_dsconf(err: BaseException) -> bool:
     return False
 
 
-def _chain(err: BaseException) -> Iterator[BaseException]:
-    seen: List[BaseException] = []
-    cause: Optional[BaseException] = err
-    while cause is not None and cause not in seen:
-        seen.append(cause)
-        yield cause
-        cause = cause.__cause__ or cause.__context__
-
-
 def _frames(err: BaseException) -> Iterator[tuple[str, str]]:
     """(module, function) of every frame the error and its causes went through."""
-    for cause in _chain(err):
+    from dsconf.composition import exception_chain
+
+    for cause in exception_chain(err):
         tb = cause.__traceback__
         while tb is not None:
             yield str(tb.tb_frame.f_globals.get("__name__", "")), tb.tb_frame.f_code.co_name
@@ -286,6 +282,6 @@ def _full_error_wanted() -> bool:
 
 
 def _exit(err: ConfigError) -> None:
-    sys.stdout.flush()
-    print(f"dsconf: {err}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_CONFIG_ERROR)
+    from dsconf.launch.entry import exit_with
+
+    exit_with(str(err), EXIT_CONFIG_ERROR)

@@ -282,6 +282,8 @@ def export_for_world_sizes(cfg: Any, world_sizes: list[int], plan: JobPlan) -> d
         try:
             dicts[world_size] = export_deepspeed(cfg, world_size, None)[0]  # type: ignore[assignment]
         except ConfigError as err:
+            if len(world_sizes) == 1:  # a fixed world: the problems as a single run reports them
+                raise
             nodes = world_size // plan.nproc_per_node
             problems += [Problem(p.path, f"with {nodes} node(s) of dist.nnodes={plan.min_nodes}:{plan.max_nodes} "
                                  f"(world size {world_size}): {p.message}", p.hint)

@@ -65,7 +65,7 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
                 with command_line.dsconf_app():
                     return app(*args, **kwargs)
             except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
-                _exit("interrupted", 130)
+                exit_with("interrupted", 130)
 
         return entry
 
@@ -83,19 +83,19 @@ def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
         return launch(task_fn, cfg)
     except ConfigError as err:
         if single_run:
-            _exit(str(err), 2)
+            exit_with(str(err), 2)
         raise
     except JobInterrupted as err:
         if single_run:
-            _exit(err.headline, 130)
+            exit_with(err.headline, 130)
         raise
     except JobFailed as err:
         if single_run:
-            _exit(f"job failed: {err}", 1)
+            exit_with(f"job failed: {err}", 1)
         raise
     except KeyboardInterrupt:
         if single_run:
-            _exit("interrupted", 130)
+            exit_with("interrupted", 130)
         raise
 
 
@@ -133,7 +133,8 @@ def _in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
-def _exit(message: str, code: int) -> None:
+def exit_with(message: str, code: int) -> None:
+    """End the process with ``dsconf: message`` on stderr and ``code``: no traceback."""
     sys.stdout.flush()
     print(f"dsconf: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)
