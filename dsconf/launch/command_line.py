@@ -11,7 +11,9 @@ lists ``dsconf``), the same mistake is reported as ``dsconf check`` reports it::
 Hydra discovers dsconf's launcher plugin, which Hydra does for every app before composing, so plain
 ``@hydra.main`` apps get it too. Apps whose config is not dsconf's, errors raised by the task itself, and
 ``HYDRA_FULL_ERROR=1`` keep Hydra's behaviour. A ``-m`` sweep through Hydra's basic sweeper is composed and
-validated job by job before any job starts: every job's problems are reported at once, and nothing runs.
+validated job by job before any job starts (the basic sweeper's ``sweep`` checks first): every job's problems are
+reported at once, and nothing runs. Hydra's own check that each batch composes is skipped for the jobs composed
+here, and dsconf's launcher takes their configs back, so each job is composed once.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ _COMPOSING_MODULES = ("hydra._internal.config_loader_impl", "hydra._internal.con
 _WRAPPED = "__dsconf_wrapped__"
 _LISTS_DSCONF = re.compile(r"^\s*-\s*dsconf\s*$", re.MULTILINE)
 _composed_jobs: dict = {}  # job overrides -> its config, composed by check_sweep, taken by the dsconf launcher
+_checked_jobs: set = set()  # job overrides check_sweep composed: Hydra need not compose them again
 _dsconf_main = False  # this process runs a @dsconf.main app: its config is dsconf's whatever fails to compose
+_checking_sweeps = False  # a command-line multirun is running: the basic sweeper checks its jobs first
 
 
 @contextlib.contextmanager
@@ -54,6 +58,12 @@ def install() -> None:
     Hydra.run = _reporting(Hydra.run, sweep=False)  # type: ignore[method-assign]
     Hydra.multirun = _reporting(Hydra.multirun, sweep=True)  # type: ignore[method-assign]
     Hydra.format_config_groups = _with_option_help(Hydra.format_config_groups)  # type: ignore[method-assign]
+    # not BasicSweeper's class itself: Hydra's plugin scan re-executes its module, replacing the class
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.sweeper import Sweeper
+
+    Plugins.instantiate_sweeper = _checking_first(Plugins.instantiate_sweeper)  # type: ignore[method-assign]
+    Sweeper.validate_batch_is_legal = _unless_checked(Sweeper.validate_batch_is_legal)  # type: ignore[method-assign]
     from hydra.plugins.completion_plugin import CompletionPlugin
 
     CompletionPlugin._get_matches = staticmethod(_with_schema_keys(CompletionPlugin._get_matches))  # type: ignore
@@ -66,9 +76,8 @@ def _reporting(method: Callable[..., Any], *, sweep: bool) -> Callable[..., Any]
             # Hydra's API called from Python (tests, notebooks) gets Hydra's exceptions, unchanged
             return method(self, config_name, task_function, overrides, *args, **kwargs)
         try:
-            if sweep:
-                check_sweep(self, config_name, overrides)
-            return method(self, config_name, task_function, overrides, *args, **kwargs)
+            with _sweeps_checked(sweep):
+                return method(self, config_name, task_function, overrides, *args, **kwargs)
         except Exception as err:
             if isinstance(err, ConfigError) and not _raised_by_task(err):
                 _exit(err)
@@ -80,6 +89,46 @@ def _reporting(method: Callable[..., Any], *, sweep: bool) -> Callable[..., Any]
             _exit(composition_problem(err, list(overrides), base))
 
     wrapper.__doc__ = method.__doc__
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+@contextlib.contextmanager
+def _sweeps_checked(on: bool) -> Iterator[None]:
+    global _checking_sweeps
+    previous, _checking_sweeps = _checking_sweeps, on
+    try:
+        yield
+    finally:
+        _checking_sweeps = previous
+        _composed_jobs.clear()
+        _checked_jobs.clear()
+
+
+def _checking_first(instantiate_sweeper: Callable[..., Any]) -> Callable[..., Any]:
+    """A basic sweeper of a command-line multirun checks every job before its first job starts."""
+    def wrapper(self: Any, **kwargs: Any) -> Any:
+        sweeper = instantiate_sweeper(self, **kwargs)
+        if _checking_sweeps and type(sweeper).__name__ == "BasicSweeper":
+            sweep = sweeper.sweep
+
+            def checked_sweep(arguments: List[str]) -> Any:
+                loader = sweeper.hydra_context.config_loader
+                check_sweep(sweeper.config, loader, sweeper._parse_config() + list(arguments))
+                return sweep(arguments)
+
+            sweeper.sweep = checked_sweep
+        return sweeper
+
+    setattr(wrapper, _WRAPPED, True)
+    return wrapper
+
+
+def _unless_checked(validate: Callable[..., None]) -> Callable[..., None]:
+    """Hydra's check that each job of a batch composes, for the jobs ``check_sweep`` has not composed already."""
+    def wrapper(self: Any, batch: Any) -> None:
+        validate(self, [job for job in batch if tuple(job) not in _checked_jobs])
+
     setattr(wrapper, _WRAPPED, True)
     return wrapper
 
@@ -183,33 +232,29 @@ def is_dsconf_config(cfg: Any) -> bool:
     return node is not None and OmegaConf.get_type(node) is DeepSpeedConfig
 
 
-def check_sweep(hydra: Any, config_name: Optional[str], overrides: List[str]) -> None:
-    """Compose and validate every job of a basic-sweeper sweep; one ``ConfigError`` naming each bad job."""
+def check_sweep(cfg: Any, config_loader: Any, arguments: List[str]) -> None:
+    """Compose and validate every job of a basic-sweeper sweep (``arguments``: its params, then the command line's
+    overrides); one ``ConfigError`` naming each bad job."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    cfg = hydra.compose_config(config_name=config_name, overrides=list(overrides), run_mode=RunMode.MULTIRUN)
-    sweeper = str(OmegaConf.select(cfg, "hydra.sweeper._target_") or "")
-    if not sweeper.endswith("BasicSweeper") or not is_dsconf_config(cfg):
-        return  # other sweepers choose values as they go (Optuna, Ax): their jobs are checked when they start
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    sweeper_params = OmegaConf.select(cfg, "hydra.sweeper.params")
-    params = [f"{k}={v}" for k, v in (OmegaConf.to_container(sweeper_params) if sweeper_params else {}).items()]
-    task_overrides = list(OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False))  # type: ignore[arg-type]
-    parsed = OverridesParser.create(config_loader=hydra.config_loader).parse_overrides(params + task_overrides)
+    if not is_dsconf_config(cfg):
+        return
+    parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(list(arguments))
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
     # only the dsconf launcher takes these back; Hydra's own launchers compose each job themselves
     keep = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith("DsconfLauncher")
     _composed_jobs.clear()
+    _checked_jobs.clear()
     problems: List[Problem] = []
     for num, job in enumerate(jobs):
         where = f"job #{num} ({' '.join(job)})"
         try:
-            job_cfg = hydra.config_loader.load_sweep_config(cfg, list(job))
+            job_cfg = config_loader.load_sweep_config(cfg, list(job))
             if keep:
                 _composed_jobs[tuple(job)] = job_cfg
+            _checked_jobs.add(tuple(job))
             validate_job(job_cfg)
         except ConfigError as err:
             problems += [Problem(p.path, f"{where}: {p.message}", p.hint) for p in err.problems]

@@ -127,6 +127,40 @@ def test_a_valid_sweep_still_runs_every_job(tmp_path):
     assert proc.stdout.count("TASK RAN") == 2
 
 
+COUNTING_APP = """
+import atexit, os
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+import dsconf
+
+composed = []
+load_sweep_config = ConfigLoaderImpl.load_sweep_config
+def counting(self, master_config, sweep_overrides):
+    if os.getpid() == PARENT:  # ranks never compose; only the launcher process counts
+        composed.append(list(sweep_overrides))
+    return load_sweep_config(self, master_config, sweep_overrides)
+ConfigLoaderImpl.load_sweep_config = counting
+PARENT = os.getpid()
+atexit.register(lambda: os.getpid() == PARENT and print("COMPOSED", len(composed), flush=True))
+
+@dsconf.main(config_path="conf", config_name="job", version_base=None)
+def train(cfg):
+    print("TASK RAN", flush=True)
+
+if __name__ == "__main__":
+    train()
+"""
+
+
+@pytest.mark.parametrize("launcher, compositions", [("dsconf", 2), ("basic", 4)])
+def test_a_checked_sweep_composes_each_job_once_more_only_for_hydras_launcher(launcher, compositions, tmp_path):
+    # checked jobs are not composed again by Hydra's batch check; dsconf's launcher takes the checked configs
+    proc = run(make_app(tmp_path, COUNTING_APP), "-m", f"hydra/launcher={launcher}", "train.steps=1,2",
+               "deepspeed.train_micro_batch_size_per_gpu=2")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("TASK RAN") == 2
+    assert f"COMPOSED {compositions}\n" in proc.stdout, proc.stdout
+
+
 def test_a_tasks_own_error_is_not_reported_as_a_config_mistake(tmp_path):
     proc = run(make_app(tmp_path), "+train.fail=true", "deepspeed.train_micro_batch_size_per_gpu=2")
     assert proc.returncode == 1 and "TASK RAN" in proc.stdout
