@@ -51,7 +51,20 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
         ws = None
     target = target_version(deepspeed_version or cfg.get("deepspeed_version"))
     keep = bool(cfg.get("keep_auto", False)) if keep_auto is None else keep_auto
+    if cfg.get("hf") is not None and not keep:
+        return _filled_as_hf(cfg, raw, ws, target, problems)
     return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=keep)
+
+
+def _filled_as_hf(cfg: Any, raw: Dict[str, Any], ws: Optional[int], target: str, problems: List[Problem]) -> dict:
+    """``hf`` set: the dict HF's Trainer would run, "auto" filled from TrainingArguments, then validated."""
+    from dsconf.integrations.hf import resolve
+
+    with_auto = build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=True)
+    if ws is None:
+        raise ConfigError(Problem("dist", "HF fills the batch keys for the job's world size, which is unknown"))
+    world = ws * int(raw.get("sequence_parallel_size") or 1)
+    return build_deepspeed_dict(resolve(cfg, with_auto, world), world_size=ws, target=target)
 
 
 def plain_deepspeed_node(node: Any, problems: List[Problem]) -> Dict[str, Any]:

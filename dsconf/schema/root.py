@@ -8,6 +8,7 @@ from typing import Any, List, Optional
 from dsconf.schema._field import doc
 from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.dist import DistConfig
+from dsconf.schema.integrations import HfConfig
 
 # Group -> option chosen when the user picks none. ``_self_`` first so that groups override the schema.
 DEFAULT_GROUPS = {
@@ -29,3 +30,4 @@ class DsconfConfig:
     dist: DistConfig = doc(DistConfig(), "How the job is launched (torchrun's knobs)")
     deepspeed_version: Optional[str] = doc(None, "DeepSpeed version the config targets; null = the installed one")
     keep_auto: bool = doc(False, "The config goes to HF Trainer/Accelerate: keep HF's 'auto' values for them to fill")
+    hf: Optional[HfConfig] = doc(None, "HF Trainer: fill 'auto' from TrainingArguments at compose time, as HF does")

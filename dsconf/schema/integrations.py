@@ -1,0 +1,21 @@
+"""dsconf's keys for the tools that take a DeepSpeed dict themselves (HF Transformers' Trainer).
+
+Not DeepSpeed sections: they tell dsconf where, in the user's own config, the tool's arguments are, so that
+HF's "auto" values are filled at compose time exactly as the tool would fill them (``dsconf.integrations.hf``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from dsconf.schema._field import doc
+
+
+@dataclass
+class HfConfig:
+    training_args: str = doc("training_args", "Dotted path of the node holding TrainingArguments' fields")
+    model_config: Optional[str] = doc(None, "Dotted path of the model config's node (hidden_size or hidden_sizes), "
+                                            "for the hidden-size-based ZeRO 'auto' keys")
+    train_examples: Optional[int] = doc(None, "Examples in the training set: the total steps when "
+                                              "training_args.max_steps is not set", gt=0)
