@@ -1,0 +1,79 @@
+"""HF Transformers' Trainer on dsconf's config, through dsconf's launcher, on CPU (bf16, gloo): ZeRO-2 and ZeRO-3 at
+1 and 2 ranks. The loss falls, and the config of the DeepSpeed engine the Trainer built equals ``ds_config.json``
+(whose HF "auto" values dsconf filled before any rank started), but for the one key Accelerate always overwrites.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+from test_train import EXAMPLES, ok, output, read_json, run_example
+
+pytest.importorskip("transformers", reason="the hf extra is not installed")
+
+CHECK_APP = """
+import json, os, sys
+sys.path.insert(0, {examples!r})
+from hf_trainer import build_trainer  # the example's own Trainer
+import dsconf
+from dsconf.launch import context
+
+@dsconf.main(config_path={conf!r}, config_name="hf_trainer", version_base=None)
+def main(cfg):
+    trainer = build_trainer(cfg)
+    trainer.train()
+    if context.rank() == 0:
+        engine = trainer.model_wrapped
+        with open(os.path.join(context.job_dir(), "engine.json"), "w") as fh:
+            json.dump({{"type": type(engine).__name__, "config": engine.config,
+                       "world_size": engine.world_size,
+                       "losses": [log["loss"] for log in trainer.state.log_history if "loss" in log]}}, fh)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("zero", ["stage2", "stage3"])
+def test_trainer_runs_the_dict_dsconf_filled(zero, ranks, tmp_path):
+    app = tmp_path / "check_app.py"
+    app.write_text(textwrap.dedent(CHECK_APP.format(examples=str(EXAMPLES), conf=str(EXAMPLES / "conf"))))
+    run_dir = tmp_path / "run"
+    ok(run_example(f"zero={zero}", f"dist.nproc_per_node={ranks}", f"hydra.run.dir={run_dir}", cwd=tmp_path,
+                   script=app, timeout=600))
+    ds_config = read_json(run_dir / "ds_config.json")
+    engine = json.loads((run_dir / "engine.json").read_text())
+    assert engine["type"] == "DeepSpeedEngine" and engine["world_size"] == ranks
+    assert engine["config"].pop("steps_per_print") == float("inf")  # Accelerate turns DeepSpeed's step log off
+    ds_config.pop("steps_per_print", None)
+    assert engine["config"] == ds_config
+    assert '"auto"' not in json.dumps(ds_config)  # every HF "auto" value was filled before launch
+    assert ds_config["zero_optimization"]["stage"] == int(zero[-1]) and ds_config["bf16"]["enabled"] is True
+    assert ds_config["train_batch_size"] == 8 * ranks  # per_device_train_batch_size x world size
+    assert ds_config["zero_optimization"]["reduce_bucket_size"] == 64 * 64  # the model config's hidden size
+    assert ds_config["scheduler"]["params"]["total_num_steps"] == 40
+    losses = engine["losses"]
+    assert len(losses) == 8 and losses[-1] < 0.6 * losses[0], losses
+
+
+@pytest.mark.slow
+def test_the_example_trains_and_prints_its_loss(tmp_path):
+    proc = ok(run_example(f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, script=EXAMPLES / "hf_trainer.py",
+                          timeout=600))
+    found = re.search(r"loss (\d+\.\d+) -> (\d+\.\d+), [\d,]+ samples/s", proc.stdout)
+    assert found, output(proc)
+    assert float(found.group(2)) < float(found.group(1))
+
+
+def test_a_value_that_disagrees_with_training_args_stops_before_any_rank(tmp_path):
+    proc = run_example("deepspeed.optimizer.params.lr=0.01", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
+                       script=EXAMPLES / "hf_trainer.py")
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.startswith("dsconf: ") and "Traceback" not in output(proc)
+    assert "deepspeed.optimizer.params.lr: is 0.01 but training_args.learning_rate is 0.003" in proc.stderr
+    assert not (tmp_path / "run" / "ds_config.json").exists()
