@@ -313,7 +313,11 @@ def training_arguments(cfg: Any, **overrides: Any) -> Any:
     TrainingArguments = _training_arguments_class()
     args_path = str(cfg.hf.training_args) if cfg.get("hf") is not None else "training_args"
     values = {**training_args_values(cfg, args_path), **overrides}
-    return TrainingArguments(**values, deepspeed=context.deepspeed_config())
+    args = TrainingArguments(**values, deepspeed=context.deepspeed_config())
+    from dsconf.integrations.accelerate import check_world
+
+    check_world(args.world_size, "TrainingArguments", f"{join_path(args_path, 'use_cpu')}=true")
+    return args
 
 
 def _training_arguments_class() -> Any:
