@@ -51,6 +51,9 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
         ws = None
     target = target_version(deepspeed_version or cfg.get("deepspeed_version"))
     keep = bool(cfg.get("keep_auto", False)) if keep_auto is None else keep_auto
+    if cfg.get("hf") is not None and keep_auto is None and keep:
+        problems.append(Problem("keep_auto", "keep_auto leaves 'auto' for HF to fill in the job, and hf fills it now",
+                                "set keep_auto=false to fill at compose time, or hf=null to leave it to HF"))
     if cfg.get("hf") is not None and not keep:
         return _filled_as_hf(cfg, raw, ws, target, problems)
     return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=keep)

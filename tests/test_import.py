@@ -20,10 +20,22 @@ def _top_level(importtime_output: str) -> set:
     return names
 
 
+TOOLS = {"transformers", "accelerate", "lightning", "optuna"}
+
+
 def test_import_dsconf_imports_no_torch_or_deepspeed():
     modules = _top_level(_imported_modules("import dsconf"))
     assert "dsconf" in modules
     assert not {"torch", "deepspeed", "hydra"} & modules
+    assert not TOOLS & modules
+
+
+def test_integrations_import_their_tool_only_when_used():
+    modules = _top_level(_imported_modules(
+        "import dsconf.integrations.hf, dsconf.integrations.accelerate, dsconf.integrations.lightning; "
+        "dsconf.compose(['zero=stage2', 'deepspeed.train_micro_batch_size_per_gpu=2'])"))
+    assert "dsconf" in modules
+    assert not (TOOLS | {"torch", "deepspeed"}) & modules
 
 
 def test_hydra_plugin_module_imports_no_torch():

@@ -200,3 +200,10 @@ def test_our_fill_table_names_real_training_arguments_fields():
     fields = set(hf.training_args_defaults())
     named: List[str] = [f for fill in hf.TRAINER_PROCESS for f in fill.fields]
     assert named and set(named) <= fields
+
+
+def test_keep_auto_and_hf_together_is_a_contradiction_not_a_choice():
+    cfg = with_args(compose(*AUTO_TEMPLATE, "keep_auto=true"), {"max_steps": 5})
+    with pytest.raises(ConfigError) as err:
+        to_deepspeed(cfg, world_size=1)
+    assert [p.path for p in err.value.problems] == ["keep_auto"]

@@ -1,0 +1,177 @@
+"""HF Transformers' Trainer through dsconf against the same training under ``torchrun``.
+
+    python benchmarks/bench_hf.py [--rounds 6] [--ranks 2] [--steps 60]
+
+dsconf: ``examples/hf_trainer.py``'s Trainer (``build_trainer``) run by ``@dsconf.main`` with its config
+(``examples/conf/hf_trainer.yaml``: "auto" filled at compose time). torchrun: a plain script with the same model,
+data and TrainingArguments, reading the ``ds_config.json`` the dsconf run wrote (so both run the same dict), started
+by ``torchrun --standalone``. Each round runs both, one after the other, alternating which goes first. Both run with
+``OMP_NUM_THREADS=1`` (torchrun's default for several ranks per node).
+
+Figures, dsconf / torchrun, median of the per-round ratios with their 10th and 90th percentiles:
+- samples/s: the Trainer's own ``train_samples_per_second`` (goal >= 0.98x);
+- time to first step: from the command's start to rank 0 entering its first training step (goal <= 1.0x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+FIRST_STEP = '''
+import json, os, time
+from transformers import TrainerCallback
+
+
+class FirstStep(TrainerCallback):
+    """Rank 0 records when its first training step begins, and the Trainer's throughput at the end."""
+
+    def __init__(self, out):
+        self.out, self.first = out, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.first is None:
+            self.first = time.time()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if int(os.environ.get("RANK", "0")) == 0:
+            metrics = [log for log in state.log_history if "train_samples_per_second" in log]
+            with open(self.out, "w") as fh:
+                json.dump({"first_step": self.first,
+                           "samples_per_second": metrics[-1]["train_samples_per_second"] if metrics else None}, fh)
+'''
+
+DSCONF_APP = FIRST_STEP + '''
+import sys
+sys.path.insert(0, EXAMPLES)
+from hf_trainer import build_trainer
+import dsconf
+
+
+@dsconf.main(config_path=CONF, config_name="hf_trainer", version_base=None)
+def main(cfg):
+    trainer = build_trainer(cfg)
+    trainer.add_callback(FirstStep(os.environ["BENCH_OUT"]))
+    trainer.train()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+PLAIN_APP = FIRST_STEP + '''
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+
+class Sequences(torch.utils.data.Dataset):
+    def __init__(self, examples, seq_len, vocab):
+        starts = torch.randint(0, vocab, (examples, 1), generator=torch.Generator().manual_seed(0))
+        self.ids = (starts + torch.arange(seq_len)) % vocab
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+if __name__ == "__main__":
+    with open("plain.json") as fh:
+        spec = json.load(fh)
+    args = TrainingArguments(**spec["training_args"], deepspeed="ds_config.json")
+    model = GPT2LMHeadModel(GPT2Config(**spec["model"], bos_token_id=0, eos_token_id=0))
+    data = Sequences(spec["data"]["examples"], spec["data"]["seq_len"], spec["model"]["vocab_size"])
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    trainer.add_callback(FirstStep(os.environ["BENCH_OUT"]))
+    trainer.train()
+'''
+
+
+def timed(cmd: List[str], cwd: Path, out: Path) -> Dict[str, float]:
+    if out.exists():
+        out.unlink()
+    # torchrun gives each rank OMP_NUM_THREADS=1 unless it is set: set for both, the same threads run the same steps
+    env = {**os.environ, "BENCH_OUT": str(out), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(out.read_text())
+    return {"first_step": result["first_step"] - start, "samples_per_second": result["samples_per_second"]}
+
+
+def spread(values: List[float]) -> str:
+    ordered = sorted(values)
+    p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
+    return f"median {statistics.median(values):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="dsconf-bench-hf-"))
+    try:
+        paths = f"EXAMPLES, CONF = {str(EXAMPLES)!r}, {str(EXAMPLES / 'conf')!r}\n"
+        (work / "dsconf_app.py").write_text(paths + DSCONF_APP)
+        (work / "plain.py").write_text(PLAIN_APP)
+        run_dir, out = work / "run", work / "result.json"
+        training = [f"training_args.max_steps={args.steps}", "training_args.logging_steps=1000"]
+        dsconf_cmd = [sys.executable, "dsconf_app.py", f"dist.nproc_per_node={args.ranks}", *training,
+                      f"hydra.run.dir={run_dir}"]
+        timed(dsconf_cmd, work, out)  # warms the file cache and writes the ds_config.json both run
+        shutil.copy(run_dir / "ds_config.json", work / "ds_config.json")
+        from omegaconf import OmegaConf
+
+        from dsconf.composition import compose_config
+
+        cfg = compose_config(training, config_dir=str(EXAMPLES / "conf"), config_name="hf_trainer")
+        spec = {key: OmegaConf.to_container(cfg[key]) for key in ("model", "data")}
+        spec["training_args"] = {**OmegaConf.to_container(cfg.training_args), "output_dir": str(work / "plain-out")}
+        (work / "plain.json").write_text(json.dumps(spec))
+        torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or "torchrun"
+        plain_cmd = [torchrun, "--standalone", "--nproc_per_node", str(args.ranks), "plain.py"]
+        timed(plain_cmd, work, out)
+
+        ratios: Dict[str, List[float]] = {"samples/s": [], "time to first step": []}
+        absolute: Dict[str, List[float]] = {"dsconf first step s": [], "torchrun first step s": [],
+                                            "dsconf samples/s": [], "torchrun samples/s": []}
+        for index in range(args.rounds):
+            order = [("dsconf", dsconf_cmd), ("torchrun", plain_cmd)]
+            results = dict((name, timed(cmd, work, out)) for name, cmd in (order if index % 2 == 0 else order[::-1]))
+            ratios["samples/s"].append(results["dsconf"]["samples_per_second"] /
+                                       results["torchrun"]["samples_per_second"])
+            ratios["time to first step"].append(results["dsconf"]["first_step"] / results["torchrun"]["first_step"])
+            for name in ("dsconf", "torchrun"):
+                absolute[f"{name} first step s"].append(results[name]["first_step"])
+                absolute[f"{name} samples/s"].append(results[name]["samples_per_second"])
+        print(f"HF Trainer, dsconf / torchrun: {args.rounds} interleaved rounds, {args.ranks} ranks, "
+              f"{args.steps} steps, {os.cpu_count()} CPUs")
+        for name, values in ratios.items():
+            print(f"{name:<22} {spread(values)}")
+        for name, values in absolute.items():
+            print(f"  {name:<22} median {statistics.median(values):.2f}")
+        print("goals: samples/s >= 0.98x; time to first step <= 1.0x")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
