@@ -51,7 +51,7 @@ def build_trainer(cfg: DictConfig) -> Any:
 def main(cfg: DictConfig) -> float:
     trainer = build_trainer(cfg)
     result = trainer.train()
-    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
+    losses = [log["loss"] for log in trainer.state.log_history if "loss" in log] or [result.training_loss]
     if os.environ.get("RANK", "0") == "0":
         print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
               f"{result.metrics['train_samples_per_second']:,.0f} samples/s", flush=True)

@@ -68,6 +68,12 @@ def run_rank(payload: RankPayload | str) -> bytes:
     if isinstance(payload, str):
         with open(payload, "rb") as fh:
             payload = pickle.load(fh)
+    else:
+        import gc
+
+        # A forked rank inherits the launcher's objects (torch, Hydra, the tools' modules): left in the collected
+        # generations, every full collection walks them and copies their pages. They are the parent's, keep them.
+        gc.freeze()
     _restore_hydra(payload.hydra_state)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and "torch" in sys.modules:
