@@ -102,7 +102,7 @@ def test_the_tree_of_sections():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     top = [line.split()[0] for line in lines if not line.startswith(" ")]
-    assert top == ["deepspeed", "dist"]
+    assert top == ["deepspeed", "dist", "hf"]
     under_deepspeed = {line.split()[0] for line in lines if line.startswith("  ") and not line.startswith("    ")}
     sections = {name for name, (tp, _) in fields_of(DeepSpeedConfig).items()
                 if dataclasses.is_dataclass(unwrap_optional(tp)[0])}

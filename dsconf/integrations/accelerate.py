@@ -13,17 +13,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dsconf.errors import ConfigError, Problem
+from dsconf.integrations import half_precision
 
 INSTALL_HINT = "install Accelerate: pip install 'dsconf[hf]'"
 
 
 def mixed_precision(deepspeed: dict) -> str:
     """Accelerate's ``mixed_precision`` for a DeepSpeed dict: what its fp16/bf16 sections enable."""
-    if (deepspeed.get("bf16") or {}).get("enabled"):
-        return "bf16"
-    if (deepspeed.get("fp16") or {}).get("enabled"):
-        return "fp16"
-    return "no"
+    return half_precision(deepspeed) or "no"
 
 
 def deepspeed_plugin(deepspeed: Optional[dict] = None, **plugin_kwargs: Any) -> Any:

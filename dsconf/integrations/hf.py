@@ -265,7 +265,7 @@ def resolve(cfg: Any, ds_with_auto: Dict[str, Any], world_size: int) -> Dict[str
     it for ``world_size`` ranks; a ``ConfigError`` for each mismatch HF would raise or value it could not fill."""
     from omegaconf import OmegaConf
 
-    hf = cfg.hf
+    hf = hf_settings(cfg)
     args_path = str(hf.training_args)
     values = training_args_values(cfg, args_path)
     args = trainer_args(values, world_size)
@@ -283,6 +283,28 @@ def resolve(cfg: Any, ds_with_auto: Dict[str, Any], world_size: int) -> Dict[str
     if problems:
         raise ConfigError(problems)
     return filled
+
+
+def hf_settings(cfg: Any) -> Any:
+    """The config's ``hf`` node read against its schema (``HfConfig``): unknown keys and bad values are problems."""
+    from omegaconf import OmegaConf
+
+    from dsconf.schema.integrations import HfConfig
+    from dsconf.schema.introspect import fields_of
+
+    given = OmegaConf.to_container(cfg.hf, resolve=True) if OmegaConf.is_config(cfg.hf) else dict(cfg.hf)
+    known = fields_of(HfConfig)
+    problems = [Problem(join_path("hf", str(key)), "unknown key", did_you_mean(str(key), known))
+                for key in given if key not in known]
+    examples = given.get("train_examples")
+    if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0):
+        problems.append(Problem("hf.train_examples", f"expected a positive integer, got {examples!r}"))
+    for key in ("training_args", "model_config"):
+        if given.get(key) is not None and not isinstance(given[key], str):
+            problems.append(Problem(join_path("hf", key), f"expected a dotted path, got {given[key]!r}"))
+    if problems:
+        raise ConfigError(problems)
+    return OmegaConf.merge(OmegaConf.structured(HfConfig), given)
 
 
 def training_args_values(cfg: Any, args_path: str) -> Dict[str, Any]:
@@ -311,7 +333,7 @@ def training_arguments(cfg: Any, **overrides: Any) -> Any:
     from dsconf.launch import context
 
     TrainingArguments = _training_arguments_class()
-    args_path = str(cfg.hf.training_args) if cfg.get("hf") is not None else "training_args"
+    args_path = str(hf_settings(cfg).training_args) if cfg.get("hf") is not None else "training_args"
     values = {**training_args_values(cfg, args_path), **overrides}
     args = TrainingArguments(**values, deepspeed=context.deepspeed_config())
     from dsconf.integrations.accelerate import check_world

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from dsconf.errors import ConfigError, Problem
+from dsconf.integrations import half_precision
 
 INSTALL_HINT = "install Lightning: pip install lightning"
 OWNED_BY_TRAINER = {"gradient_accumulation_steps": "accumulate_grad_batches"}
@@ -20,11 +21,7 @@ OWNED_BY_TRAINER = {"gradient_accumulation_steps": "accumulate_grad_batches"}
 
 def precision(deepspeed: dict) -> str:
     """Lightning's ``precision`` for a DeepSpeed dict."""
-    if (deepspeed.get("bf16") or {}).get("enabled"):
-        return "bf16-mixed"
-    if (deepspeed.get("fp16") or {}).get("enabled"):
-        return "16-mixed"
-    return "32-true"
+    return {"bf16": "bf16-mixed", "fp16": "16-mixed", None: "32-true"}[half_precision(deepspeed)]
 
 
 def trainer_kwargs(deepspeed: Optional[dict] = None, **strategy_kwargs: Any) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from dsconf.schema._field import doc
 @dataclass
 class HfConfig:
     training_args: str = doc("training_args", "Dotted path of the node holding TrainingArguments' fields")
-    model_config: Optional[str] = doc(None, "Dotted path of the model config's node (hidden_size or hidden_sizes), "
-                                            "for the hidden-size-based ZeRO 'auto' keys")
-    train_examples: Optional[int] = doc(None, "Examples in the training set: the total steps when "
-                                              "training_args.max_steps is not set", gt=0)
+    model_config: Optional[str] = doc(None, "Dotted path of the node with the model's hidden_size, for the ZeRO "
+                                            "bucket 'auto' keys")
+    train_examples: Optional[int] = doc(None, "Training examples: give the total steps when max_steps is not set",
+                                        gt=0)

@@ -77,3 +77,20 @@ def test_a_value_that_disagrees_with_training_args_stops_before_any_rank(tmp_pat
     assert proc.stderr.startswith("dsconf: ") and "Traceback" not in output(proc)
     assert "deepspeed.optimizer.params.lr: is 0.01 but training_args.learning_rate is 0.003" in proc.stderr
     assert not (tmp_path / "run" / "ds_config.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("examples, gas, drop_last", [(512, 3, False), (500, 2, True), (200, 1, False)])
+def test_total_steps_from_train_examples_are_the_trainers(examples, gas, drop_last, tmp_path):
+    # max_steps unset: the Trainer computes its steps from the dataloader it builds, then checks the dict's
+    # scheduler.params.total_num_steps against them (HF's mismatch error): the run passing is the proof
+    run_dir = tmp_path / "run"
+    ok(run_example("dist.nproc_per_node=2", "training_args.max_steps=-1", "+training_args.num_train_epochs=1",
+                   f"training_args.gradient_accumulation_steps={gas}",
+                   f"+training_args.dataloader_drop_last={drop_last}",
+                   f"data.examples={examples}", f"+hf.train_examples={examples}", f"hydra.run.dir={run_dir}",
+                   cwd=tmp_path, script=EXAMPLES / "hf_trainer.py", timeout=600))
+    params = read_json(run_dir / "ds_config.json")["scheduler"]["params"]
+    batches = examples // 8 if drop_last else -(-examples // 8)
+    per_rank = batches // 2 if drop_last else -(-batches // 2)
+    assert params["total_num_steps"] == -(-per_rank // gas)

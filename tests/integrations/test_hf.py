@@ -207,3 +207,14 @@ def test_keep_auto_and_hf_together_is_a_contradiction_not_a_choice():
     with pytest.raises(ConfigError) as err:
         to_deepspeed(cfg, world_size=1)
     assert [p.path for p in err.value.problems] == ["keep_auto"]
+
+
+@pytest.mark.parametrize("override, path, expected", [
+    ("+hf.model_confg=model", "hf.model_confg", "did you mean 'model_config'"),
+    ("+hf.train_examples=0", "hf.train_examples", "expected a positive integer"),
+])
+def test_the_hf_node_is_read_against_its_schema(override, path, expected):
+    cfg = with_args(compose(*AUTO_TEMPLATE, override), {"max_steps": 5})
+    with pytest.raises(ConfigError) as err:
+        to_deepspeed(cfg, world_size=1)
+    assert any(p.path == path and expected in f"{p.message} ({p.hint})" for p in err.value.problems), str(err.value)
