@@ -12,3 +12,12 @@ def half_precision(deepspeed: dict) -> Optional[str]:
         if (deepspeed.get(name) or {}).get("enabled"):
             return name
     return None
+
+
+def check_world(processes: int, tool: str, cpu_hint: str) -> None:
+    """A tool that counts other processes than the job's ranks would shard data wrongly: stop in one line."""
+    from dsconf.launch import context
+
+    if processes != context.world_size():
+        raise RuntimeError(f"{tool} sees {processes} process(es) but this job has {context.world_size()} ranks: "
+                           f"on a host without GPUs, use {cpu_hint}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dsconf.errors import ConfigError, Problem
-from dsconf.integrations import half_precision
+from dsconf.integrations import check_world, half_precision
 
 INSTALL_HINT = "install Accelerate: pip install 'dsconf[hf]'"
 
@@ -61,12 +61,3 @@ def _deepspeed_on_cpu() -> bool:
     from deepspeed.accelerator import get_accelerator
 
     return get_accelerator().device_name() == "cpu"
-
-
-def check_world(processes: int, tool: str, cpu_hint: str) -> None:
-    """A tool that counts other processes than the job's ranks would shard data wrongly: stop in one line."""
-    from dsconf.launch import context
-
-    if processes != context.world_size():
-        raise RuntimeError(f"{tool} sees {processes} process(es) but this job has {context.world_size()} ranks: "
-                           f"on a host without GPUs, use {cpu_hint}")

@@ -20,6 +20,7 @@ In a rank, ``training_arguments(cfg)`` builds ``TrainingArguments(**cfg.training
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -111,8 +112,9 @@ def model_hidden_size(model_config: Any) -> Optional[int]:
     return None
 
 
-def training_args_defaults() -> Dict[str, Any]:
-    """TrainingArguments' fields and their defaults, from the installed ``transformers``."""
+@functools.cache
+def _defaults() -> Tuple[Tuple[str, Any], ...]:
+    """TrainingArguments' fields and their defaults, read once per process."""
     TrainingArguments = _training_arguments_class()
     out: Dict[str, Any] = {}
     for field in dataclasses.fields(TrainingArguments):
@@ -122,7 +124,12 @@ def training_args_defaults() -> Dict[str, Any]:
             out[field.name] = field.default_factory()  # type: ignore[misc]
         else:
             out[field.name] = None
-    return out
+    return tuple(out.items())
+
+
+def training_args_defaults() -> Dict[str, Any]:
+    """TrainingArguments' fields and their defaults, from the installed ``transformers``."""
+    return dict(_defaults())
 
 
 def trainer_args(values: Mapping[str, Any], world_size: int) -> Any:
@@ -178,8 +185,6 @@ def fill_auto(ds: Dict[str, Any], args: Any, *, args_path: str = "training_args"
     Keys HF cannot fill here (the hidden-size keys without ``hidden_size``, the scheduler's steps without
     ``total_steps``) stay "auto"; ``unfilled`` reports them.
     """
-    import copy
-
     config = _Config(copy.deepcopy(ds))
     problems: List[Problem] = []
 
@@ -200,18 +205,14 @@ def fill_auto(ds: Dict[str, Any], args: Any, *, args_path: str = "training_args"
         node, key = config.node(dotted)
         if node is not None and node.get(key) == AUTO:
             node[key] = plugin_value()
-    zero3 = config.get("zero_optimization.stage") == 3
-    if hidden_size is not None:
-        values = hidden_size_values(hidden_size)
-        # HF fills the two stage-3 keys only for ZeRO-3; Accelerate then fills whatever is still "auto"
-        for dotted in HIDDEN_SIZE_KEYS if zero3 else HIDDEN_SIZE_KEYS[:1]:
-            _fill_only(config, dotted, values[dotted])
     if total_steps is not None:
         fill_match(Fill("scheduler.params.total_num_steps", (), lambda a: total_steps,
                         calculated="the Trainer's number of training steps"), total_steps)
         fill_match(Fill("scheduler.params.warmup_num_steps", ("warmup_steps",), lambda a: None),
                    max(1, args.get_warmup_steps(total_steps)))
     if hidden_size is not None:
+        # HF fills the two stage-3 keys for ZeRO-3 only, and Accelerate whatever is still "auto", with the same
+        # values: one pass gives both
         for dotted, value in hidden_size_values(hidden_size).items():
             _fill_only(config, dotted, value)
     _fill_only(config, "gradient_clipping", 1.0)  # Accelerator._prepare_deepspeed's remaining defaults
@@ -336,7 +337,7 @@ def training_arguments(cfg: Any, **overrides: Any) -> Any:
     args_path = str(hf_settings(cfg).training_args) if cfg.get("hf") is not None else "training_args"
     values = {**training_args_values(cfg, args_path), **overrides}
     args = TrainingArguments(**values, deepspeed=context.deepspeed_config())
-    from dsconf.integrations.accelerate import check_world
+    from dsconf.integrations import check_world
 
     check_world(args.world_size, "TrainingArguments", f"{join_path(args_path, 'use_cpu')}=true")
     return args
