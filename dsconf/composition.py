@@ -45,6 +45,7 @@ def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] =
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
 _OVERRIDE_KEY = re.compile(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'")
+_APPEND = re.compile(r"To append to your config use (\+\S+)")
 
 
 def hydra_error_to_config_error(err: BaseException) -> ConfigError:
@@ -99,13 +100,30 @@ def exception_chain(err: BaseException) -> List[BaseException]:
     return chain
 
 
-def hydra_error_with_overrides(err: BaseException, overrides: List[str]) -> ConfigError:
+def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: Any = None) -> ConfigError:
+    """``hydra_error_to_config_error`` with the hints the overrides (and ``base``, the config composed without
+    them, if known) allow: an unknown key is matched against the schema, or against ``base``'s keys at that node."""
+    from omegaconf import OmegaConf
+
+    from dsconf.schema.introspect import fields_of, model_at
+
     error = hydra_error_to_config_error(err)
     problem = error.problems[0]
-    if problem.message == "unknown key" and not problem.hint:
-        hint = _key_hint(problem.path, overrides)
-        error = ConfigError(Problem(problem.path, problem.message, hint))
-    return error
+    if problem.message != "unknown key":
+        return error
+    parent, _, key = problem.path.rpartition(".")
+    model = model_at(parent, types=chosen_types(overrides))
+    node = (OmegaConf.select(base, parent) if parent else base) if base is not None and model is None else None
+    known = list(fields_of(model)) if model is not None else [str(k) for k in node] if hasattr(node, "keys") else []
+    hint = did_you_mean(key, known) if known else ""
+    append = _APPEND.search("\n".join(str(e) for e in exception_chain(err)))
+    if append and (key in known or model is None):
+        # a key the composed node does not hold: a node of the user's own, or a section the config gives in part
+        add = f"add it with '{append.group(1)}'"
+        if model is None and hint.startswith("did you mean"):
+            return ConfigError(Problem(problem.path, problem.message, f"{hint} Or, for a new key, {add}"))
+        return ConfigError(Problem(problem.path, "not in the composed config", add))
+    return ConfigError(Problem(problem.path, problem.message, hint))
 
 
 def _key_hint(path: str, overrides: Iterable[str] = ()) -> str:

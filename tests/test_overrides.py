@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from pathlib import Path
 from typing import Any, Iterator, List, Tuple
 
 import pytest
@@ -101,3 +102,24 @@ def test_a_misspelt_top_level_key_gets_a_hint():
 def test_dotted_override_reaches_free_form_blocks():
     cfg = compose_config(["deepspeed.compression_training.layer_reduction.enabled=true", "deepspeed_version=0.19.5"])
     assert cfg.deepspeed.compression_training.layer_reduction.enabled is True
+
+
+@pytest.mark.parametrize("override, path, hint", [
+    # a key of dsconf's schema that the config's node does not hold yet (hf is given in part by the YAML)
+    ("hf.train_examples=512", "hf.train_examples", "add it with '+hf.train_examples=512'"),
+    # a node of the user's own: only the user knows its keys
+    ("training_args.max_grad_norm=0.5", "training_args.max_grad_norm",
+     "add it with '+training_args.max_grad_norm=0.5'"),
+    # a misspelt key of the schema keeps its did-you-mean, even where Hydra suggests '+'
+    ("hf.train_exmaples=512", "hf.train_exmaples", "did you mean 'train_examples'?"),
+])
+def test_a_key_the_composed_node_lacks_says_how_to_add_it(override, path, hint):
+    config_dir = str(Path(__file__).resolve().parents[1] / "examples" / "conf")
+    with pytest.raises(ConfigError) as info:
+        compose_config([override], config_dir=config_dir, config_name="hf_trainer")
+    assert info.value.paths == [path]
+    assert hint in str(info.value)
+    assert ("not in the composed config" in str(info.value)) == hint.startswith("add it")
+    if hint.startswith("add it"):  # and the hint works
+        added = compose_config(["+" + override], config_dir=config_dir, config_name="hf_trainer")
+        assert str(OmegaConf.select(added, path)) == override.split("=")[1]

@@ -198,19 +198,9 @@ def is_composition_error(err: BaseException) -> bool:
 
 def composition_problem(err: BaseException, overrides: List[str], base: Any = None) -> ConfigError:
     """dsconf's problem for a composition error; an unknown key outside the schema is matched against ``base``."""
-    from omegaconf import OmegaConf
-
     from dsconf.composition import hydra_error_with_overrides
-    from dsconf.errors import did_you_mean
 
-    error = hydra_error_with_overrides(err, overrides)
-    problem = error.problems[0]
-    if problem.message == "unknown key" and not problem.hint and base is not None:
-        parent, _, key = problem.path.rpartition(".")
-        node = OmegaConf.select(base, parent) if parent else base
-        if hasattr(node, "keys"):
-            error = ConfigError(Problem(problem.path, problem.message, did_you_mean(key, [str(k) for k in node])))
-    return error
+    return hydra_error_with_overrides(err, overrides, base)
 
 
 def _base_config(hydra: Any, config_name: Optional[str]) -> Any:

@@ -320,8 +320,6 @@ def _supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int,
     with _signals_caught() as caught:
         agent.start()
         sender.close()
-        with contextlib.suppress(OSError):
-            os.setpgid(agent.pid, agent.pid)  # also done by the agent: no race
         try:
             open_pipe = True
             while open_pipe or agent.is_alive():
@@ -370,8 +368,11 @@ def _supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int,
 
 def _agent_process(conn: Connection, plan: JobPlan, arg: Any, log_dir: str, tee: bool) -> None:
     """Body of the agent process: torch elastic's agent starts the ranks; the outcome goes back over ``conn``."""
+    # A session of its own, as torchrun's ranks have: Linux's autogroup scheduler then no longer counts the ranks
+    # with the launcher's session (in it, HF Trainer's samples/s on 2 CPUs was 0.90x to 0.96x torchrun's). Its
+    # process group is the agent's pid: the ranks join it, and one killpg ends everything the job started.
     with contextlib.suppress(OSError):
-        os.setpgid(0, 0)  # ranks join this group: one killpg ends everything the job started
+        os.setsid()
     die_with_parent(signal.SIGKILL)
     # not the launcher's flag-setting handlers: until torch elastic installs its own, a stop request ends the agent
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -463,8 +464,13 @@ def _signals_caught() -> Iterator[list[int]]:
 
 
 def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(OSError):
+    try:
         os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:  # the agent has not made its session yet, so it has started nothing: end it alone
+        with contextlib.suppress(OSError):
+            os.kill(pgid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _short(text: str, width: int = 240) -> str:

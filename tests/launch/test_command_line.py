@@ -171,6 +171,8 @@ def test_a_tasks_own_error_is_not_reported_as_a_config_mistake(tmp_path):
     (["deepspeed.zero_optimization.overlap_com=true"], "deepspeed.zero_optimization.overlap_com", ["'overlap_comm'"]),
     (["precision=bf17"], "precision", ["unknown option 'bf17'", "'bf16'"]),
     (["train.stepz=2"], "train.stepz", ["did you mean 'steps'"]),  # the app's own keys get a hint too
+    (["train.stepz=2"], "train.stepz", ["for a new key, add it with '+train.stepz=2'"]),  # or it is a new key
+    (["train.lr=0.1"], "train.lr", ["train.lr: not in the composed config (add it with '+train.lr=0.1')"]),
     (["deepspeed.fp16.enabled=tru=e"], "overrides", ["deepspeed.fp16.enabled=tru=e"]),
 ])
 def test_plain_hydra_app_whose_config_lists_dsconf(args, path, expected, tmp_path):

@@ -32,6 +32,9 @@ def test_single_run_on_n_ranks(train_script: Path, tmp_path: Path, nproc: int) -
         assert f["ds"] == saved  # the exact dict handed to every rank
         assert f["output_dir"] == str(out) and f["DSCONF_DEEPSPEED_CONFIG"] == str(out / "ds_config.json")
         assert f["ppid"] != os.getpid()
+        # the agent's own session and group, as torchrun's ranks have sessions of their own (the kernel's
+        # autogroup scheduling then keeps them apart from the launcher's session); one killpg ends the job
+        assert f["sid"] == f["pgid"] == f["ppid"] != os.getsid(0)
     assert saved["train_batch_size"] == 2 * 3 * nproc  # micro x gas x data-parallel size
     assert sorted(p.name for p in (out / ".hydra").iterdir()) == ["config.yaml", "hydra.yaml", "overrides.yaml"]
     assert {p.name for p in (out / "logs").iterdir()} == {
