@@ -11,7 +11,7 @@
    elastic node range (``dist.nnodes=MIN:MAX``) is validated for every world size it allows; each rank then
    takes the dict of the world that formed, and rank 0 saves that one;
 3. start the elastic agent (``torch.distributed.launcher.api.elastic_launch``) in an *agent process* forked
-   from this one, in a process group of its own with the ranks it starts; each rank gets RANK, LOCAL_RANK,
+   from this one, in a session and process group of its own with the ranks it starts; each rank gets RANK, LOCAL_RANK,
    WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torch, and the same payload (``_worker.RankPayload``) from us;
    their output goes to ``<job dir>/logs/rank{N}.{stdout,stderr}.log`` and, prefixed, to the console;
 4. return rank 0's return value, or raise ``JobFailed`` carrying the failed ranks' error text.
@@ -303,7 +303,7 @@ def save_ds_config(deepspeed: dict, job_dir: str) -> str:
 
 
 def _supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, Any]:
-    """Run the elastic agent in its own process group and wait for it, enforcing ``dist.timeout`` and signals."""
+    """Run the elastic agent in its own session and wait for it, enforcing ``dist.timeout`` and signals."""
     import dsconf.launch._compat  # noqa: F401  (torch elastic imported once, before the fork)
 
     receiver, sender = multiprocessing.Pipe(duplex=False)
