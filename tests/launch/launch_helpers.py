@@ -45,7 +45,8 @@ def train(cfg):
     facts = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                                             "TORCHELASTIC_RUN_ID", "DSCONF_DEEPSPEED_CONFIG",
                                             "CUDA_VISIBLE_DEVICES")}
-    facts.update(pid=os.getpid(), ppid=os.getppid(), sid=os.getsid(0), pgid=os.getpgrp(), rank=rank, world=world, allreduce=int(total.item()),
+    facts.update(pid=os.getpid(), ppid=os.getppid(), sid=os.getsid(0), pgid=os.getpgrp(), rank=rank, world=world,
+                 allreduce=int(total.item()),
                  ds=ds, cwd=os.getcwd(), output_dir=HydraConfig.get().runtime.output_dir,
                  job_num=HydraConfig.get().job.get("num"), which=test.get("which"))
     out = test.get("out") or HydraConfig.get().runtime.output_dir
