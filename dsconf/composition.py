@@ -84,10 +84,9 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
     path = (getattr(omega, "full_key", None) or (key_match.group(1) if key_match else "")) if omega else (
         key_match.group(1) if key_match else "")
     message = _first_line(str(omega) if omega is not None else str(err))
-    hint = ""
     if omega is not None and re.search(r"Key '[^']+' (is )?not in", str(omega)):
-        message, hint = "unknown key", _key_hint(path)
-    return ConfigError(Problem(path or "overrides", message, hint))
+        message = "unknown key"  # its hint comes from hydra_error_with_overrides, which knows the overrides
+    return ConfigError(Problem(path or "overrides", message))
 
 
 def exception_chain(err: BaseException) -> List[BaseException]:
@@ -113,8 +112,11 @@ def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: A
         return error
     parent, _, key = problem.path.rpartition(".")
     model = model_at(parent, types=chosen_types(overrides))
-    node = (OmegaConf.select(base, parent) if parent else base) if base is not None and model is None else None
-    known = list(fields_of(model)) if model is not None else [str(k) for k in node] if hasattr(node, "keys") else []
+    if model is not None:
+        known = list(fields_of(model))
+    else:  # a node of the user's own: its keys in the config composed without the overrides, if known
+        node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
+        known = [str(k) for k in node] if hasattr(node, "keys") else []
     hint = did_you_mean(key, known) if known else ""
     append = _APPEND.search("\n".join(str(e) for e in exception_chain(err)))
     if append and (key in known or model is None):
@@ -124,14 +126,6 @@ def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: A
             return ConfigError(Problem(problem.path, problem.message, f"{hint} Or, for a new key, {add}"))
         return ConfigError(Problem(problem.path, "not in the composed config", add))
     return ConfigError(Problem(problem.path, problem.message, hint))
-
-
-def _key_hint(path: str, overrides: Iterable[str] = ()) -> str:
-    from dsconf.schema.introspect import fields_of, model_at
-
-    parent, _, key = path.rpartition(".")
-    model = model_at(parent, types=chosen_types(overrides))
-    return did_you_mean(key, fields_of(model)) if model is not None else ""
 
 
 def chosen_types(overrides: Iterable[str]) -> dict:
