@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,14 +107,31 @@ def test_ctrl_c_leaves_no_process_behind(train_script: Path, tmp_path: Path, sta
 def test_two_nodes_on_localhost_form_one_world_of_4(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "facts"
     port = free_port()
-    nodes = [subprocess.Popen([sys.executable, str(train_script), "dist.nnodes=2", "dist.nproc_per_node=2",
-                               f"dist.rdzv_endpoint=127.0.0.1:{port}", "dist.rdzv_id=two-nodes", *BATCH,
-                               f"+test.out={out}", f"hydra.run.dir={tmp_path / f'node{n}'}"],
-                              cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for n in range(2)]
+    nodes, logs = [], []
+    for n in range(2):
+        # rendezvous and job bounded, and torch elastic's own log on: a node that hangs reports where it was
+        log = tmp_path / f"node{n}.log"
+        logs.append(log)
+        with open(log, "w") as fh:
+            nodes.append(subprocess.Popen(
+                [sys.executable, str(train_script), "dist.nnodes=2", "dist.nproc_per_node=2",
+                 f"dist.rdzv_endpoint=127.0.0.1:{port}", "dist.rdzv_id=two-nodes",
+                 "+dist.rdzv_conf.join_timeout=90",
+                 "dist.timeout=150", *BATCH, f"+test.out={out}", f"hydra.run.dir={tmp_path / f'node{n}'}"],
+                cwd=str(tmp_path), stdout=fh, stderr=subprocess.STDOUT, text=True,
+                env={**os.environ, "LOGLEVEL": "INFO"}))
+    deadline = time.monotonic() + 200
+    codes: list = []
     for node in nodes:
-        _, stderr = node.communicate(timeout=180)
-        assert node.returncode == 0, stderr
+        try:
+            codes.append(node.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append("hung")
+        finally:
+            node.kill()
+    report = "\n".join(f"--- {path.relative_to(tmp_path)}\n{path.read_text()[-3000:]}"
+                       for path in [*logs, *sorted(tmp_path.glob("node*/logs/*.log"))])
+    assert codes == [0, 0], report
     facts = rank_facts(out)
     assert [f["rank"] for f in facts] == [0, 1, 2, 3]
     assert {f["WORLD_SIZE"] for f in facts} == {"4"} and {f["allreduce"] for f in facts} == {10}
