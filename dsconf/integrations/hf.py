@@ -292,17 +292,16 @@ def hf_settings(cfg: Any) -> Any:
 
     from dsconf.schema.integrations import HfConfig
     from dsconf.schema.introspect import fields_of
+    from dsconf.validation.structure import check_field
+    from dsconf.versions import LATEST_KNOWN
 
     given = OmegaConf.to_container(cfg.hf, resolve=True) if OmegaConf.is_config(cfg.hf) else dict(cfg.hf)
     known = fields_of(HfConfig)
     problems = [Problem(join_path("hf", str(key)), "unknown key", did_you_mean(str(key), known))
                 for key in given if key not in known]
-    examples = given.get("train_examples")
-    if examples is not None and (isinstance(examples, bool) or not isinstance(examples, int) or examples <= 0):
-        problems.append(Problem("hf.train_examples", f"expected a positive integer, got {examples!r}"))
-    for key in ("training_args", "model_config"):
-        if given.get(key) is not None and not isinstance(given[key], str):
-            problems.append(Problem(join_path("hf", key), f"expected a dotted path, got {given[key]!r}"))
+    for name, (tp, field) in known.items():  # types and bounds from HfConfig's own field metadata
+        if name in given:
+            check_field(given[name], tp, field, HfConfig, given, join_path("hf", name), LATEST_KNOWN, problems)
     if problems:
         raise ConfigError(problems)
     return OmegaConf.merge(OmegaConf.structured(HfConfig), given)

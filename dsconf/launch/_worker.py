@@ -175,6 +175,17 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal the process group ``pgid`` (a job's or an agent's: everything it started)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # its leader has not made the group yet, so it has started nothing: end it alone
+        with contextlib.suppress(OSError):
+            os.kill(pgid, sig)
+    except OSError:
+        pass
+
+
 def _restore_hydra(state: Any) -> None:
     """Install the parent's Hydra singletons (HydraConfig, ConfigStore, JobRuntime) and resolvers.
 

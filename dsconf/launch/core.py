@@ -48,7 +48,7 @@ from typing import Any, Callable, Optional
 
 from dsconf.errors import ConfigError, Problem, did_you_mean
 from dsconf.launch import context
-from dsconf.launch._worker import RankPayload, die_with_parent, dumps, run_rank
+from dsconf.launch._worker import RankPayload, die_with_parent, dumps, kill_group, run_rank
 from dsconf.schema.dist import RDZV_CONF_KEYS
 from dsconf.world import parse_nnodes, resolve_nproc_per_node, visible_gpu_count
 
@@ -350,10 +350,10 @@ def _supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int,
                     with contextlib.suppress(OSError):
                         os.kill(agent.pid, signal.SIGTERM)  # the agent terminates its ranks, as torch elastic does
                 if kill_at is not None and now > kill_at:
-                    _kill_group(agent.pid)
+                    kill_group(agent.pid)
                     open_pipe = False
         finally:
-            _kill_group(agent.pid)  # whatever the agent left behind, or everything if we are interrupted
+            kill_group(agent.pid)  # whatever the agent left behind, or everything if we are interrupted
             agent.join()
             receiver.close()
     if stop is not None:
@@ -461,16 +461,6 @@ def _signals_caught() -> Iterator[list[int]]:
     finally:
         for signum, handler in saved.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:  # the agent has not made its session yet, so it has started nothing: end it alone
-        with contextlib.suppress(OSError):
-            os.kill(pgid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _short(text: str, width: int = 240) -> str:

@@ -40,7 +40,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from dsconf.launch._worker import die_with_parent, dumps
+from dsconf.launch._worker import die_with_parent, dumps, kill_group
 from dsconf.launch.command_line import take_composed_job
 from dsconf.launch.report import JobRecord, format_table, job_metrics, write_summary
 
@@ -182,11 +182,11 @@ class SweepRunner:
         now = time.monotonic()
         if job.kill_at is not None and now > job.kill_at and job.process.is_alive():
             log.error(f"job #{job.record.job} did not stop in time; killing its process group")
-            _kill_group(job.process.pid, signal.SIGKILL)
+            kill_group(job.process.pid)
         if job.process.is_alive():
             return False
         job.process.join()
-        _kill_group(job.process.pid, signal.SIGKILL)  # ranks a dead agent left behind, if any
+        kill_group(job.process.pid)  # ranks a dead agent left behind, if any
         self._receive(job)  # it may have sent its result just before exiting
         assert job.conn is not None
         job.conn.close()
@@ -364,11 +364,6 @@ def _loads_return(data: bytes) -> Any:
     import pickle
 
     return pickle.loads(data)
-
-
-def _kill_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        os.killpg(pgid, sig)
 
 
 def _has_output_dir(ret: Any) -> bool:

@@ -211,7 +211,9 @@ def test_keep_auto_and_hf_together_is_a_contradiction_not_a_choice():
 
 @pytest.mark.parametrize("override, path, expected", [
     ("+hf.model_confg=model", "hf.model_confg", "did you mean 'model_config'"),
-    ("+hf.train_examples=0", "hf.train_examples", "expected a positive integer"),
+    ("+hf.train_examples=0", "hf.train_examples", "0 is out of range (must be > 0)"),
+    ("+hf.train_examples=true", "hf.train_examples", "expected an integer, got True"),
+    ("++hf.training_args=5", "hf.training_args", "expected a string, got 5"),
 ])
 def test_the_hf_node_is_read_against_its_schema(override, path, expected):
     cfg = with_args(compose(*AUTO_TEMPLATE, override), {"max_steps": 5})
