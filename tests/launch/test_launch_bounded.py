@@ -209,6 +209,37 @@ def test_rank_hung_before_init_ends_at_dist_timeout(tmp_path: Path, start_method
     assert leftovers(str(tmp_path)) == []
 
 
+IGNORES_SIGTERM = '''
+import os, signal, time
+import dsconf
+
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def train(cfg):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # e.g. a user's handler that saves a checkpoint and goes on
+    open(f"started{os.environ['RANK']}", "w").close()
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    train()
+'''
+TORCH_STOP_GRACE_S = 30  # how long torch's agent waits after its SIGTERM before it kills the ranks
+
+
+def test_rank_that_ignores_sigterm_is_killed_after_the_stop_grace(tmp_path: Path) -> None:
+    """The launcher kills the job's process group STOP_GRACE_S after asking, not torch's 30 s later."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(IGNORES_SIGTERM)
+    proc = start(script, *BATCH, "dist.nproc_per_node=2", "dist.timeout=8", f"hydra.run.dir={tmp_path / 'run'}",
+                 cwd=tmp_path)
+    wait_for(lambda: len(list(tmp_path.glob("started*"))) == 2, timeout=STARTUP_S * 4, what="both ranks")
+    code, stderr, took = finish(proc, 8 + STOP_GRACE_S)
+    assert_one_line_end(stderr, code, 1, ["timed out after 8 s (dist.timeout)"])
+    assert took < 8 + STOP_GRACE_S + 10 < 8 + TORCH_STOP_GRACE_S, took  # from the ranks start: under 8 s to go
+    assert leftovers(str(tmp_path)) == []
+
+
 def test_init_waits_at_most_dist_init_timeout_and_names_the_missing_rank(tmp_path: Path) -> None:
     """Finding 5: rank 0 waited in process-group init for DeepSpeed's 10 minutes; now dist.init_timeout."""
     script = tmp_path / "hang.py"
