@@ -187,13 +187,14 @@ def main() -> None:
             ratio = {"samples/s": results["dsconf"]["samples_per_second"] / results["torchrun"]["samples_per_second"],
                      "time to first step": results["dsconf"]["first_step"] / results["torchrun"]["first_step"]}
             stolen = max(results["dsconf"]["steal"], results["torchrun"]["steal"])
+            is_clean = stolen <= args.max_steal
             print(f"round {index}: samples/s {ratio['samples/s']:.3f}x, first step {ratio['time to first step']:.3f}x, "
-                  f"steal {100 * stolen:.1f} %" + ("" if stolen <= args.max_steal else " (rerun)"), flush=True)
+                  f"steal {100 * stolen:.1f} %" + ("" if is_clean else " (rerun)"), flush=True)
             for name, value in ratio.items():
                 every[name].append(value)
-                if stolen <= args.max_steal:
+                if is_clean:
                     clean[name].append(value)
-            if stolen <= args.max_steal:
+            if is_clean:
                 for name in ("dsconf", "torchrun"):
                     absolute[f"{name} first step s"].append(results[name]["first_step"])
                     absolute[f"{name} samples/s"].append(results[name]["samples_per_second"])

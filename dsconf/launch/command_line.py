@@ -86,7 +86,9 @@ def _reporting(method: Callable[..., Any], *, sweep: bool) -> Callable[..., Any]
             base = _base_config(self, config_name)
             if not (_dsconf_main or is_dsconf_config(base) or _broken_yaml_lists_dsconf(err)):
                 raise
-            _exit(composition_problem(err, list(overrides), base))
+            from dsconf.composition import hydra_error_with_overrides
+
+            _exit(hydra_error_with_overrides(err, list(overrides), base))
 
     wrapper.__doc__ = method.__doc__
     setattr(wrapper, _WRAPPED, True)
@@ -196,13 +198,6 @@ def is_composition_error(err: BaseException) -> bool:
     return any(module.startswith(_COMPOSING_MODULES) for module, _ in frames)
 
 
-def composition_problem(err: BaseException, overrides: List[str], base: Any = None) -> ConfigError:
-    """dsconf's problem for a composition error; an unknown key outside the schema is matched against ``base``."""
-    from dsconf.composition import hydra_error_with_overrides
-
-    return hydra_error_with_overrides(err, overrides, base)
-
-
 def _base_config(hydra: Any, config_name: Optional[str]) -> Any:
     """The app's primary config composed without the command line's overrides; None if that fails too."""
     from hydra.types import RunMode
@@ -251,7 +246,9 @@ def check_sweep(cfg: Any, config_loader: Any, arguments: List[str]) -> None:
         except Exception as err:
             if not is_composition_error(err):
                 raise
-            problem = composition_problem(err, list(job), cfg).problems[0]
+            from dsconf.composition import hydra_error_with_overrides
+
+            problem = hydra_error_with_overrides(err, list(job), cfg).problems[0]
             problems.append(Problem(problem.path, f"{where}: {problem.message}", problem.hint))
     if problems:
         raise ConfigError(problems)

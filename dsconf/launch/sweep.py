@@ -181,12 +181,13 @@ class SweepRunner:
         self._receive(job)
         now = time.monotonic()
         if job.kill_at is not None and now > job.kill_at and job.process.is_alive():
-            log.error(f"job #{job.record.job} did not stop in time; killing its process group")
+            # its agent and ranks get the parent-death signal (die_with_parent) when it dies: they are not in its
+            # group, since the agent runs in a session of its own
+            log.error(f"job #{job.record.job} did not stop in time; killing it")
             kill_group(job.process.pid)
         if job.process.is_alive():
             return False
         job.process.join()
-        kill_group(job.process.pid)  # ranks a dead agent left behind, if any
         self._receive(job)  # it may have sent its result just before exiting
         assert job.conn is not None
         job.conn.close()
