@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dsconf.errors import ConfigError, Problem, join_path
+from dsconf.schema.root import DEEPSPEED_NODE
 
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 TB, MB, GAS = BATCH_KEYS
@@ -34,7 +35,7 @@ def derive_batch(
     gradient_accumulation_steps: Optional[int],
     world_size: int,
     *,
-    prefix: str = "deepspeed",
+    prefix: str = DEEPSPEED_NODE,
 ) -> BatchTriple:
     """Complete the batch triple as DeepSpeed does for ``world_size`` data-parallel ranks.
 

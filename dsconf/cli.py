@@ -11,9 +11,9 @@ import sys
 import warnings
 from typing import List, Optional
 
-from dsconf.errors import ConfigError
+from dsconf.errors import EXIT_CONFIG_ERROR, ConfigError
+from dsconf.schema.root import DEEPSPEED_NODE
 
-EXIT_CONFIG_ERROR = 2
 EXIT_INVALID_FILE = 1  # validate/import: the file was read and has problems
 EXIT_UNREADABLE = 2  # validate/import: missing or malformed file
 EXIT_NOT_A_SWEEP = 2  # report: the dir is missing, holds no sweep, or its report cannot be written
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
     explain.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
     describe = sub.add_parser("describe", help="the key listing of `dsconf explain PATH` (kept for scripts)")
-    describe.add_argument("key", nargs="?", default="deepspeed", metavar="path",
+    describe.add_argument("key", nargs="?", default=DEEPSPEED_NODE, metavar="path",
                           help="dotted path, e.g. deepspeed.fp16")
     describe.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
     diff = sub.add_parser("diff", help="the DeepSpeed keys that differ between two configs, defaults applied")

@@ -9,8 +9,10 @@ import os
 import re
 from typing import Any, Iterable, List, Optional
 
+from dsconf.config_source import dsconf_app
 from dsconf.errors import ConfigError, Problem, did_you_mean
-from dsconf.groups import BASE_CONFIG_NAME, group_options, register
+from dsconf.groups import group_options
+from dsconf.names import BASE_CONFIG_NAME
 
 
 def compose(overrides: Iterable[str] = (), *, world_size: Optional[int] = None,
@@ -30,14 +32,16 @@ def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] =
     from hydra import initialize, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    register()
     overrides = list(overrides)
     GlobalHydra.instance().clear()
     try:  # Hydra takes only an absolute config dir; a relative one is relative to the working directory
-        context = (initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None) if config_dir
-                   else initialize(version_base=None, config_path=None))
-        with context:
-            return hydra_compose(config_name=config_name, overrides=overrides)
+        with dsconf_app():
+            context = (initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base=None)
+                       if config_dir else initialize(version_base=None, config_path=None))
+            with context:
+                return hydra_compose(config_name=config_name, overrides=overrides)
+    except ConfigError:
+        raise
     except Exception as err:  # Hydra and OmegaConf raise many types; all of them are config mistakes here
         raise hydra_error_with_overrides(err, overrides) from None
 
@@ -129,23 +133,28 @@ def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: A
 
 
 def chosen_types(overrides: Iterable[str]) -> dict:
-    """Optimizer/scheduler types and the sparsity mode the overrides select: they decide which keys exist under
+    """What the overrides select for each section with a dynamic field (``model_keys()``: the optimizer's and the
+    scheduler's type, which pick their ``params`` model) and the sparsity mode: they decide which keys exist under
     ``params`` and ``sparse_attention`` (for hints and ``dsconf explain``), without composing."""
     from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS
-    from dsconf.schema.root import DEFAULT_GROUPS
+    from dsconf.schema.introspect import model_keys
+    from dsconf.schema.root import DEEPSPEED_NODE, DEFAULT_GROUPS
 
-    chosen = {"optimizer": OPTIMIZER_OPTIONS.get(DEFAULT_GROUPS["optimizer"]), "scheduler": None,
-              "sparse_attention": None}
+    # The group named after a section sets that key too: group option -> the value it sets (groups' own tables).
+    option_values = {"optimizer": OPTIMIZER_OPTIONS, "scheduler": SCHEDULER_OPTIONS}
+    sections = model_keys()
+    chosen = {section: option_values.get(section, {}).get(DEFAULT_GROUPS.get(section)) for section in sections}
+    chosen["sparse_attention"] = None
+    picked_by = {f"{DEEPSPEED_NODE}.{section}.{key}": section for section, key in sections.items()}
+    picked_by[f"{DEEPSPEED_NODE}.sparse_attention.mode"] = "sparse_attention"
     for item in overrides:
         key, _, value = item.lstrip("+~").partition("=")
-        if key == "optimizer":
-            chosen["optimizer"] = OPTIMIZER_OPTIONS.get(value)
-        elif key == "scheduler":
-            chosen["scheduler"] = SCHEDULER_OPTIONS.get(value)
+        if key in sections:
+            chosen[key] = option_values.get(key, {}).get(value)
         elif key == "sparse_attention":
             chosen["sparse_attention"] = None if value == "none" else value
-        elif key in ("deepspeed.optimizer.type", "deepspeed.scheduler.type", "deepspeed.sparse_attention.mode"):
-            chosen[key.split(".")[1]] = value
+        elif key in picked_by:
+            chosen[picked_by[key]] = value
     return chosen
 
 

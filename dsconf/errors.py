@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NoReturn, Sequence
+
+# Exit codes of dsconf's commands and of a dsconf app's single run.
+EXIT_JOB_FAILED = 1  # a rank failed, or the job timed out
+EXIT_CONFIG_ERROR = 2  # a config mistake, reported before anything runs
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: 128 + SIGINT, as a shell reports an interrupted command
 
 
 @dataclass(frozen=True)
@@ -67,3 +73,10 @@ def join_path(*parts: object) -> str:
         else:
             out = f"{out}.{part}" if out else str(part)
     return out
+
+
+def exit_with(message: str, code: int) -> NoReturn:
+    """End the process with ``dsconf: message`` on stderr and ``code``: no traceback."""
+    sys.stdout.flush()
+    print(f"dsconf: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(code)

@@ -32,6 +32,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dsconf.batch import BATCH_KEYS
+from dsconf.schema.root import DEEPSPEED_NODE
 
 GIB = 2**30
 
@@ -176,9 +177,9 @@ def batch_default(overrides: Sequence[str]) -> List[str]:
     """The batch does not change model-state memory, but dsconf refuses a config without one: when the overrides
     set no batch key, a micro batch of 1 lets the rest of the config compose."""
     keys = {item.lstrip("+~").partition("=")[0] for item in overrides}
-    if keys & {f"deepspeed.{key}" for key in BATCH_KEYS}:
+    if keys & {f"{DEEPSPEED_NODE}.{key}" for key in BATCH_KEYS}:
         return list(overrides)
-    return [*overrides, "deepspeed.train_micro_batch_size_per_gpu=1"]
+    return [*overrides, f"{DEEPSPEED_NODE}.train_micro_batch_size_per_gpu=1"]
 
 
 def config_choice(ds: Dict[str, Any]) -> Tuple[int, str, str]:

@@ -1,7 +1,7 @@
 """``dsconf explain``: what a key means, everything read from where dsconf itself reads it.
 
 Description, type, default, constraints, aliases and version gates come from the schema fields' metadata;
-the group options that set a key from the ConfigStore (what Hydra composes); the rules from the keys each rule
+the group options that set a key from dsconf's group store (what Hydra composes); the rules from the keys each rule
 declares. Nothing here is written per key, so explain cannot drift from what validation does.
 """
 
@@ -29,10 +29,10 @@ from dsconf.schema.introspect import (
     walk,
 )
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, OptimizerConfig
-from dsconf.schema.root import DEFAULT_GROUPS, DsconfConfig
+from dsconf.schema.root import DEEPSPEED_NODE, DEFAULT_GROUPS, DsconfConfig
 from dsconf.versions import LATEST_KNOWN, known_in, parse_version
 
-DS = "deepspeed"
+DS = DEEPSPEED_NODE
 EXIT_UNKNOWN = 2
 
 

@@ -61,7 +61,7 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
 
 def _filled_as_hf(cfg: Any, raw: Dict[str, Any], ws: Optional[int], target: str, problems: List[Problem]) -> dict:
     """``hf`` set: the dict HF's Trainer would run, "auto" filled from TrainingArguments, then validated."""
-    from dsconf.integrations.hf import resolve
+    from dsconf.hf_auto import resolve
 
     with_auto = build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=True)
     if ws is None:

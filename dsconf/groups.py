@@ -1,6 +1,7 @@
-"""dsconf's config groups in Hydra's ConfigStore: the base config ``dsconf`` and every group option.
+"""dsconf's config groups: the base config ``dsconf`` and every group option.
 
-Groups are top-level (``zero=stage2``), each packaged into the ``deepspeed`` node it configures.
+Groups are top-level (``zero=stage2``), each packaged into the ``deepspeed`` node it configures. They are stored in
+dsconf's own store and reach Hydra only through dsconf's config source, in dsconf apps (``dsconf.config_source``).
 """
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict
 
+from hydra.core.config_store import ConfigStore
+
+from dsconf.names import BASE_CONFIG_NAME, PROVIDER
 from dsconf.schema.activation_checkpointing import ActivationCheckpointingConfig
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig, optimizer_preset
-from dsconf.schema.root import DsconfConfig
+from dsconf.schema.root import DEEPSPEED_NODE, DsconfConfig
 from dsconf.schema.scheduler import scheduler_preset
 from dsconf.schema.sparse_attention import SPARSITY_MODES
-
-BASE_CONFIG_NAME = "dsconf"
 
 PRECISION: Dict[str, Dict[str, Any]] = {
     "fp32": {},
@@ -55,8 +57,6 @@ ACTIVATION_CHECKPOINTING: Dict[str, Any] = {
     "profile": ActivationCheckpointingConfig(profile=True),
 }
 
-_registered = False
-
 
 def group_options() -> Dict[str, list]:
     """Every group and its options, in the order users see them."""
@@ -70,18 +70,28 @@ def group_options() -> Dict[str, list]:
     }
 
 
-def register() -> None:
-    """Store the base config and all group options in Hydra's ConfigStore (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
+class GroupStore(ConfigStore):
+    """dsconf's base config and group options: a ConfigStore of dsconf's own, read by Hydra only through dsconf's
+    config source, in dsconf apps (``dsconf.config_source``). Hydra's ``Singleton`` gives each subclass one
+    instance, carried with Hydra's singleton state to spawned ranks and sweep workers."""
 
+
+def group_store() -> ConfigStore:
+    """The store, filled with every option."""
+    register()
+    return GroupStore()
+
+
+def register() -> None:
+    """Store the base config and all group options in dsconf's group store (idempotent)."""
     from dsconf import resolvers
 
     resolvers.register()
-    cs = ConfigStore.instance()
+    cs = GroupStore()
+    if f"{BASE_CONFIG_NAME}.yaml" in cs.repo:  # stored last: the store is complete
+        return
+    from omegaconf import OmegaConf
+
     # The root stays an untyped mapping so a user's primary config can add its own keys next to ours.
     base = OmegaConf.structured({f.name: getattr(DsconfConfig(), f.name) for f in dataclasses.fields(DsconfConfig)})
     # Not in struct mode at the top of `deepspeed`: a dotted override can reach into a section that is still null
@@ -91,15 +101,14 @@ def register() -> None:
     # torchrun's --rdzv-conf is open-ended: dist.rdzv_conf.join_timeout=60 works without a '+'; the launcher checks
     # each key against what torch's rendezvous backends read.
     OmegaConf.set_struct(base.dist.rdzv_conf, False)
-    cs.store(name=BASE_CONFIG_NAME, node=base, provider="dsconf")
 
-    def store(group: str, name: str, node: Any, package: str = "deepspeed") -> None:
-        cs.store(group=group, name=name, node=node, package=package, provider="dsconf")
+    def store(group: str, name: str, node: Any, package: str = DEEPSPEED_NODE) -> None:
+        cs.store(group=group, name=name, node=node, package=package, provider=PROVIDER)
 
     for name, node in PRECISION.items():
         store("precision", name, node)
     for name, node in ZERO.items():
-        store("zero", name, node, package="deepspeed.zero_optimization")
+        store("zero", name, node, package=f"{DEEPSPEED_NODE}.zero_optimization")
 
     store("optimizer", "none", {"optimizer": None})
     # Any other torch.optim class: set its type, add its params with '+deepspeed.optimizer.params.<name>=...'.
@@ -120,17 +129,16 @@ def register() -> None:
     store("activation_checkpointing", "none", {"activation_checkpointing": None})
     for name, node in ACTIVATION_CHECKPOINTING.items():
         store("activation_checkpointing", name, {"activation_checkpointing": node})
-    _registered = True
+    cs.store(name=BASE_CONFIG_NAME, node=base, provider=PROVIDER)
 
 
 def option_settings() -> Dict[str, Dict[str, Any]]:
     """'group=option' -> the config that option composes in, as a nested dict from the root (its package
-    applied), read back from the ConfigStore: what Hydra merges, not a second description of the options."""
-    from hydra.core.config_store import ConfigStore
+    applied), read back from the group store: what Hydra merges, not a second description of the options."""
     from omegaconf import OmegaConf
 
     register()
-    store = ConfigStore.instance()
+    store = GroupStore()
     out: Dict[str, Dict[str, Any]] = {}
     for group, options in group_options().items():
         for option in options:
@@ -146,10 +154,10 @@ def option_settings() -> Dict[str, Dict[str, Any]]:
 GROUP_HELP = {
     "precision": "mixed precision (deepspeed.fp16 / bf16 / amp / torch_autocast)",
     "zero": "ZeRO partitioning and offload (deepspeed.zero_optimization)",
-    "optimizer": "deepspeed.optimizer",
-    "scheduler": "deepspeed.scheduler",
-    "sparse_attention": "deepspeed.sparse_attention",
-    "activation_checkpointing": "deepspeed.activation_checkpointing",
+    "optimizer": f"{DEEPSPEED_NODE}.optimizer",
+    "scheduler": f"{DEEPSPEED_NODE}.scheduler",
+    "sparse_attention": f"{DEEPSPEED_NODE}.sparse_attention",
+    "activation_checkpointing": f"{DEEPSPEED_NODE}.activation_checkpointing",
 }
 _OPTION_NOTES = {
     "precision=fp32": "full precision (no fp16/bf16 section)",

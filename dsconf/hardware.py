@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from dsconf.errors import Problem
+from dsconf.schema.root import DEEPSPEED_NODE
 from dsconf.world import visible_gpu_count
+
+FP16_KEY, AMP_KEY = f"{DEEPSPEED_NODE}.fp16.enabled", f"{DEEPSPEED_NODE}.amp.enabled"  # the keys a refusal names
 
 
 @dataclass(frozen=True)
@@ -58,15 +61,15 @@ def hardware_problems(ds: Dict[str, Any], *, accelerator: Optional[Accelerator] 
     problems = []
     if fp16 and not accel.fp16:
         why = "no CUDA GPU is visible" if accel.name == "cuda" else "it does not support fp16"
-        problems.append(Problem("deepspeed.fp16.enabled", f"fp16 training needs an accelerator that supports it: "
+        problems.append(Problem(FP16_KEY, f"fp16 training needs an accelerator that supports it: "
                                 f"{where} is the one ranks will use here, and {why}",
                                 "use precision=bf16 or precision=fp32, or run where fp16 is supported"))
     if amp:
         if accel.name != "cuda" or accel.devices == 0:
-            problems.append(Problem("deepspeed.amp.enabled", f"Apex AMP needs a CUDA GPU, and ranks here would use "
+            problems.append(Problem(AMP_KEY, f"Apex AMP needs a CUDA GPU, and ranks here would use "
                                     f"{where}" + (" with no GPU visible" if accel.name == "cuda" else ""),
                                     "use precision=bf16 or precision=fp32"))
         elif importlib.util.find_spec("apex") is None:
-            problems.append(Problem("deepspeed.amp.enabled", "Apex AMP needs NVIDIA apex, which is not installed",
+            problems.append(Problem(AMP_KEY, "Apex AMP needs NVIDIA apex, which is not installed",
                                     "install apex, or use precision=fp16/bf16"))
     return problems

@@ -20,8 +20,8 @@ from dsconf.errors import ConfigError, Problem
 from dsconf.files import UnreadableConfig, read_config_file
 from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS, ZERO
 from dsconf.schema.deepspeed import DeepSpeedConfig
-from dsconf.schema.introspect import default_of, dynamic_model, fields_of, unwrap_optional, with_defaults
-from dsconf.schema.root import DEFAULT_GROUPS
+from dsconf.schema.introspect import default_of, dynamic_model, fields_of, model_node, unwrap_optional, with_defaults
+from dsconf.schema.root import DEEPSPEED_NODE, DEFAULT_GROUPS
 from dsconf.validate_files import FileReport, check_config, has_auto
 
 HEADER = "# Imported from {source} by `dsconf import`: dsconf's groups, and only the keys that differ from them.\n"
@@ -104,8 +104,8 @@ def differences(wanted: Any, composed: Any, cls: Optional[type]) -> Any:
             tp, field = fields[key]
             inner, _ = unwrap_optional(tp)
             default = default_of(field)
-            sub_cls = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, key, wanted.get(
-                key) if key != "params" else wanted)
+            sub_cls = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, key, model_node(
+                field, wanted.get(key), wanted))
         else:
             default, sub_cls = None, None
         want = wanted.get(key, _schema_default(default))
@@ -144,7 +144,7 @@ def primary_config_yaml(exported: Dict[str, Any], given_batch: Dict[str, Any], *
         document["keep_auto"] = True
     if target:
         document["deepspeed_version"] = target
-    document["deepspeed"] = {**given_batch, **deepspeed}
+    document[DEEPSPEED_NODE] = {**given_batch, **deepspeed}
     return HEADER.format(source=source) + yaml.safe_dump(document, sort_keys=False, default_flow_style=False,
                                                          width=120)
 

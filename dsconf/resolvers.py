@@ -42,8 +42,9 @@ def register() -> None:
 def complete_batch(cfg: Any) -> Any:
     """Make batch keys holding null or "auto" derive their value, so reading them gives the derived int."""
     from dsconf.schema.deepspeed import DERIVE_BATCH
+    from dsconf.schema.root import DEEPSPEED_NODE
 
-    node = cfg.get("deepspeed") if hasattr(cfg, "get") else None
+    node = cfg.get(DEEPSPEED_NODE) if hasattr(cfg, "get") else None
     if node is None:
         return cfg
     for key in BATCH_KEYS:

@@ -11,6 +11,7 @@ import re
 from typing import Any, List, Mapping, Optional, Union
 
 from dsconf.errors import ConfigError, Problem
+from dsconf.schema.root import DEEPSPEED_NODE
 
 # SLURM variables as srun exports them to each task (one task per rank).
 SLURM_WORLD_VARS = ("SLURM_NTASKS", "SLURM_PROCID")
@@ -132,7 +133,7 @@ def data_parallel_size(dist: Any = None, *, sequence_parallel_size: Any = None, 
         raise ConfigError(Problem(
             "dist", f"world size {total} is not divisible by tensor x pipeline x sequence parallel size {parallel}",
             "choose parallel sizes (dist.tensor_parallel_size, dist.pipeline_parallel_size, "
-            "deepspeed.sequence_parallel_size) whose product divides the number of ranks"))
+            f"{DEEPSPEED_NODE}.sequence_parallel_size) whose product divides the number of ranks"))
     return total // parallel
 
 

@@ -6,7 +6,7 @@
 
 The configuration is ``examples/conf/hf_trainer.yaml``: dsconf's base config, ``training_args`` (TrainingArguments'
 fields) and ``model`` (GPT2Config's). Its DeepSpeed keys are HF's "auto": dsconf fills them before any rank starts,
-exactly as the Trainer would (``dsconf.integrations.hf``), so ``ds_config.json`` holds what the engine runs, and a
+exactly as the Trainer would (``dsconf.hf_auto``), so ``ds_config.json`` holds what the engine runs, and a
 value that disagrees with ``training_args`` is refused on the command line instead of inside the job.
 """
 

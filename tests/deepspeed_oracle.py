@@ -1,16 +1,20 @@
 """DeepSpeed itself as the oracle: parse config dicts with ``DeepSpeedConfig`` at a given world size.
 
-Used in-process for the installed DeepSpeed and as a script (``python deepspeed_oracle.py < cases.json``)
-under another DeepSpeed version's interpreter. It imports nothing from dsconf.
+Used in-process for the installed DeepSpeed and as a script (``python deepspeed_oracle.py < cases.json``, or
+``--serve``: one request a line, for a whole test session) under another DeepSpeed version's interpreter. It imports
+nothing from dsconf.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
 from collections.abc import KeysView
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -175,12 +179,59 @@ def ds0195_python() -> str:
     return os.environ.get("DSCONF_DS0195_PYTHON") or (str(default) if default.exists() else "")
 
 
+# One oracle process per other interpreter, started on first use and kept for the test session (a worker's, under
+# pytest-xdist): importing DeepSpeed and torch there is most of a call's time, and the tests call it a dozen times.
+_SERVERS: Dict[str, Any] = {}
+CALL_TIMEOUT_S = 600.0
+
+
+def _server(python: str) -> Any:
+    server = _SERVERS.get(python)
+    if server is None or server.poll() is not None:
+        log = tempfile.TemporaryFile(mode="w+")  # DeepSpeed's prints: a file, so no pipe fills and blocks it
+        server = subprocess.Popen([python, str(ORACLE), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=log, text=True, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+        server.log = log  # type: ignore[attr-defined]
+        _SERVERS[python] = server
+    return server
+
+
+def _stop_servers() -> None:
+    for server in _SERVERS.values():
+        if server.poll() is None:
+            server.stdin.close()  # the server ends at end of input
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+    _SERVERS.clear()
+
+
+atexit.register(_stop_servers)
+
+
 def parse_with_other_deepspeed(python: str, cases: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Run the oracle under another interpreter; cases are {"config": ..., "world_size": ...}."""
-    proc = subprocess.run([python, str(ORACLE)], input=json.dumps(cases), capture_output=True, text=True,
-                          env={**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    """Run the oracle under another interpreter; cases are {"config": ..., "world_size": ...}. Each call is one
+    request to that interpreter's oracle process, answered as a fresh ``python deepspeed_oracle.py`` would."""
+    server = _server(python)
+
+    def failure(why: str) -> str:
+        server.log.seek(0)
+        return f"the DeepSpeed oracle under {python} {why}:\n{server.log.read()[-3000:]}"
+
+    try:
+        server.stdin.write(json.dumps(cases) + "\n")
+        server.stdin.flush()
+    except BrokenPipeError:
+        raise AssertionError(failure(f"exited ({server.wait()})")) from None
+    ready, _, _ = select.select([server.stdout], [], [], CALL_TIMEOUT_S)
+    line = server.stdout.readline() if ready else ""
+    if not line:
+        if server.poll() is None:
+            server.kill()
+            raise AssertionError(failure(f"did not answer within {CALL_TIMEOUT_S:.0f} s"))
+        raise AssertionError(failure(f"exited ({server.wait()})"))
+    return json.loads(line)
 
 
 def installed_version() -> str:
@@ -414,10 +465,18 @@ def verdict(config: Dict[str, Any], world_size: int) -> Dict[str, Any]:
     return {"ok": True, "why": "", "state": parsed_state(parsed)}
 
 
-if __name__ == "__main__":
+def answer(cases: List[Dict[str, Any]]) -> Dict[str, Any]:
     import contextlib
 
-    cases = json.load(sys.stdin)
     with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed prints while it parses; stdout carries the answer
         results = [(verdict if case.get("verdict") else parse)(case["config"], case["world_size"]) for case in cases]
-    json.dump({"version": installed_version(), "results": results}, sys.stdout)
+    return {"version": installed_version(), "results": results}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:  # one JSON list of cases a line, one JSON answer a line, until end of input
+        for request in sys.stdin:
+            sys.stdout.write(json.dumps(answer(json.loads(request))) + "\n")
+            sys.stdout.flush()
+    else:
+        json.dump(answer(json.load(sys.stdin)), sys.stdout)

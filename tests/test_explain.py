@@ -167,6 +167,23 @@ def test_overrides_decide_which_params_exist():
     assert proc.returncode == 2 and "deepspeed.optimizer.params.freeze_step: unknown key" in proc.stderr
 
 
+def test_the_scheduler_type_decides_which_params_exist():
+    """scheduler.params is dynamic like optimizer.params: its keys are those of the model its sibling type picks,
+    whether a group option or a dotted override sets the type."""
+    from dsconf.schema.scheduler import WarmupCosineLRParams, WarmupLRParams
+
+    shown = explain("deepspeed.scheduler.params.warmup_num_steps", "scheduler=warmup")
+    field = fields_of(WarmupLRParams)["warmup_num_steps"][1]
+    assert shown.description == field.metadata["help"]
+    assert (shown.rows["type"], json.loads(shown.rows["default"]), shown.rows["range"]) == ("int", 1000, "> 0")
+    assert explain("deepspeed.scheduler.params", "deepspeed.scheduler.type=WarmupCosineLR").keys == [
+        f"deepspeed.scheduler.params.{name}" for name in fields_of(WarmupCosineLRParams)]
+    proc = dsconf("explain", "deepspeed.scheduler.params.warmup_num_step", "scheduler=warmup")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("dsconf: deepspeed.scheduler.params.warmup_num_step: unknown key (did you mean "
+                                  "'warmup_num_steps'"), proc.stderr
+
+
 def test_an_alias():
     """An alias DeepSpeed's pydantic model accepts (the oracle's table) is shown on its key and resolves to it."""
     assert STAGE3_ALIASES["stage3_prefetch_bucket_size"] == "prefetch_bucket_size"

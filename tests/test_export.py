@@ -132,12 +132,30 @@ def _check_against(results: List[Dict[str, Any]], rows: List[Dict[str, Any]]) ->
     assert not failures, failures[:10]
 
 
-def test_installed_deepspeed_accepts_what_dsconf_accepts(exported, deepspeed_parse):
+@pytest.fixture(scope="module")
+def parsed_0198(exported, deepspeed_parse) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
+    """(accepted 0.19.8 rows, the installed DeepSpeed's parse of each export): parsed once, checked by two tests."""
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
+    return rows, [deepspeed_parse(r["config"], r["world_size"]) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def parsed_0195(exported) -> Dict[str, Any]:
+    """DeepSpeed 0.19.5's parse of every accepted 0.19.5 export, and of the minimal config of one row in three (one
+    world size in three): one request to its interpreter, checked by two tests."""
+    rows = [r for r in exported if "config" in r and r["target"] == "0.19.5"]
+    sampled = rows[::3]
+    cases = [{"config": r["config"], "world_size": r["world_size"]} for r in rows] + _minimal_pairs(sampled)
+    out = parse_with_other_deepspeed(ds0195_python(), cases)
+    return {"version": out["version"], "rows": rows, "results": out["results"][:len(rows)], "sampled": sampled,
+            "minimal": out["results"][len(rows):]}
+
+
+def test_installed_deepspeed_accepts_what_dsconf_accepts(parsed_0198):
     import deepspeed
 
     assert deepspeed.__version__.startswith("0.19.8")
-    rows = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
-    results = [deepspeed_parse(r["config"], r["world_size"]) for r in rows]
+    rows, results = parsed_0198
     _check_against(results, rows)
 
 
@@ -150,14 +168,12 @@ def test_triple_follows_world_size(exported):
 
 
 @pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
-def test_deepspeed_0195_accepts_what_dsconf_accepts_for_it(exported):
-    rows = [r for r in exported if "config" in r and r["target"] == "0.19.5"]
+def test_deepspeed_0195_accepts_what_dsconf_accepts_for_it(parsed_0195):
+    rows = parsed_0195["rows"]
     assert any("amp" in r["config"] for r in rows) and any(
         r["config"].get("optimizer", {}).get("type") == "OneBitAdam" for r in rows)
-    out = parse_with_other_deepspeed(ds0195_python(), [{"config": r["config"], "world_size": r["world_size"]}
-                                                       for r in rows])
-    assert out["version"] == "0.19.5"
-    _check_against(out["results"], rows)
+    assert parsed_0195["version"] == "0.19.5"
+    _check_against(parsed_0195["results"], rows)
 
 
 def _minimal_pairs(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -175,17 +191,14 @@ def _check_defaults(exported_results: List[Dict[str, Any]], minimal_results: Lis
     assert not failures, failures[:10]
 
 
-def test_exports_mean_what_a_minimal_config_means_to_deepspeed(exported, deepspeed_parse):
+def test_exports_mean_what_a_minimal_config_means_to_deepspeed(parsed_0198, deepspeed_parse):
     """dsconf's defaults are DeepSpeed's: the export and the bare choice parse to the same state."""
-    rows = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
-    ours = [deepspeed_parse(r["config"], r["world_size"]) for r in rows]
+    rows, ours = parsed_0198
     theirs = [deepspeed_parse(p["config"], p["world_size"]) for p in _minimal_pairs(rows)]
     _check_defaults(ours, theirs, rows)
 
 
 @pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
-def test_exports_mean_what_a_minimal_config_means_to_deepspeed_0195(exported):
-    rows = [r for r in exported if "config" in r and r["target"] == "0.19.5"][::3]  # one world size in three
-    cases = [{"config": r["config"], "world_size": r["world_size"]} for r in rows] + _minimal_pairs(rows)
-    results = parse_with_other_deepspeed(ds0195_python(), cases)["results"]
-    _check_defaults(results[:len(rows)], results[len(rows):], rows)
+def test_exports_mean_what_a_minimal_config_means_to_deepspeed_0195(parsed_0195):
+    sampled = parsed_0195["sampled"]  # one world size in three
+    _check_defaults(parsed_0195["results"][::3], parsed_0195["minimal"], sampled)

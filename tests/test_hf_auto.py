@@ -18,6 +18,7 @@ from dsconf.batch import BATCH_KEYS
 from dsconf.errors import ConfigError
 from dsconf.export import build_deepspeed_dict
 from dsconf.schema.deepspeed import DeepSpeedConfig
+from dsconf.schema.hf_sources import HF_SOURCES
 from dsconf.schema.introspect import fields_of, unwrap_optional
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
 from dsconf.schema.scheduler import SCHEDULERS
@@ -74,6 +75,13 @@ AUTO_KEYS = sorted({key for key, field, _ in schema_keys() if field.metadata.get
 
 def test_auto_is_declared_exactly_on_the_keys_hf_fills():
     assert set(AUTO_KEYS) == HF_FILLED
+
+
+def test_each_auto_note_is_the_keys_entry_in_hf_sources():
+    """Where HF takes a value from is said once (HF_SOURCES); the schema's "auto" notes are its entries' text."""
+    notes = {key: field.metadata["auto"] for key, field, _ in schema_keys() if field.metadata.get("auto")}
+    assert notes == {key: str(HF_SOURCES[key]) for key in notes}
+    assert set(HF_SOURCES) == set(notes) | set(BATCH_KEYS)  # the batch keys' "auto" is dsconf's own derivation
 
 
 def _export(config: Dict[str, Any], keep_auto: bool, target: str = "0.19.8") -> Dict[str, Any]:

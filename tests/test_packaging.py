@@ -34,7 +34,7 @@ LAUNCHER_CLASS = f"{LAUNCHER_MODULE}.DsconfLauncher"
 MODES = ["editable", "editable-compat", "wheel"]
 
 # Run in the fresh environment. Imports nothing from dsconf by hand: plugin discovery must be what
-# imports the plugin package and so registers dsconf's structured configs in Hydra's ConfigStore.
+# imports the plugin package and so puts dsconf's config source on the search path of Hydra's compose API.
 DISCOVER_AND_COMPOSE = textwrap.dedent(
     """
     import json, sys

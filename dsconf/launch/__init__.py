@@ -1,6 +1,9 @@
 """Launching dsconf jobs as torch distributed jobs.
 
-- ``dsconf.launch.core``: one job through torch elastic (``launch(task_fn, cfg)``); imports torch.
+- ``dsconf.launch.core``: one job through torch elastic (``launch(task_fn, cfg)``), as its list of steps:
+  ``plan`` (``dist`` into a ``JobPlan``), ``job_export`` (the DeepSpeed dict per world size), ``supervisor``
+  (the elastic agent, run in a process of its own), ``failures`` (``JobFailed`` and how a job ends),
+  ``hydra_support`` (what the launcher reads from Hydra); ``_worker`` is what every rank runs first.
 - ``dsconf.launch.entry``: ``@dsconf.main``, the ``@hydra.main`` whose task runs on every rank.
 - ``dsconf.launch.sweep``: the jobs of a ``-m`` sweep, parallel packing.
 - ``dsconf.launch.report``: the sweep's summary (with the jobs' metrics) and ``dsconf report``'s HTML page.
@@ -16,9 +19,9 @@ from typing import Any
 
 _LAZY = {
     "launch": "dsconf.launch.core",
-    "JobFailed": "dsconf.launch.core",
-    "JobTimeout": "dsconf.launch.core",
-    "JobInterrupted": "dsconf.launch.core",
+    "JobFailed": "dsconf.launch.failures",
+    "JobTimeout": "dsconf.launch.failures",
+    "JobInterrupted": "dsconf.launch.failures",
     "deepspeed_config": "dsconf.launch.context",
 }
 

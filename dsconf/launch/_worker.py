@@ -74,7 +74,9 @@ def run_rank(payload: RankPayload | str) -> bytes:
         # A forked rank inherits the launcher's objects (torch, Hydra, the tools' modules): left in the collected
         # generations, every full collection walks them and copies their pages. They are the parent's, keep them.
         gc.freeze()
-    _restore_hydra(payload.hydra_state)
+    from dsconf.hydra_private import restore_singletons
+
+    restore_singletons(payload.hydra_state)
     threads = os.environ.get("OMP_NUM_THREADS")
     if threads and threads.isdigit() and "torch" in sys.modules:
         # A forked rank inherits torch already imported, so the variable alone would not take effect.
@@ -110,7 +112,7 @@ def _deepspeed_for_this_world(payload: RankPayload) -> dict[str, Any]:
                            f"({sorted(payload.deepspeed_by_world)})")
     deepspeed = payload.deepspeed_by_world[world_size]
     if int(os.environ.get("RANK", "0")) == 0 and payload.job_dir:
-        from dsconf.launch.core import save_ds_config
+        from dsconf.launch.job_export import save_ds_config
 
         save_ds_config(deepspeed, payload.job_dir)
     return deepspeed
@@ -184,21 +186,6 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
             os.kill(pgid, sig)
     except OSError:
         pass
-
-
-def _restore_hydra(state: Any) -> None:
-    """Install the parent's Hydra singletons (HydraConfig, ConfigStore, JobRuntime) and resolvers.
-
-    Unlike ``Singleton.set_state`` this does not re-discover plugins: a rank does not need them, and
-    discovery imports every ``hydra_plugins`` module. Hydra finds them lazily if the task asks.
-    """
-    if state is None:
-        return
-    from hydra.core.singleton import Singleton
-    from omegaconf.basecontainer import BaseContainer
-
-    Singleton._instances.update(state["instances"])
-    BaseContainer._resolvers = state["omegaconf_resolvers"]
 
 
 def _configure_rank_logging(level: int) -> None:

@@ -1,137 +1,112 @@
-"""The training script's own command line speaks dsconf: composition mistakes are one-line problems, exit 2.
+"""A dsconf app's own command line speaks dsconf; every other Hydra app's is Hydra's, untouched.
 
-Hydra reports a composition mistake (``python train.py deepspeed.zero_optimization.overlap_com=true``) with its
-own text, exit 1, and for a key that a struct config does not have it advises appending with ``+``, which fails
-too. For an app whose config is dsconf's (``@dsconf.main``, or a plain ``@hydra.main`` whose primary config
-lists ``dsconf``), the same mistake is reported as ``dsconf check`` reports it::
+For an app whose config is dsconf's (``@dsconf.main``, or a plain ``@hydra.main`` one of whose primary configs
+lists ``dsconf``), a composition mistake (``python train.py deepspeed.zero_optimization.overlap_com=true``) is
+reported as ``dsconf check`` reports it, exit 2, instead of Hydra's text (whose advice to append with ``+`` fails
+for a typed config)::
 
     dsconf: deepspeed.zero_optimization.overlap_com: unknown key (did you mean 'overlap_comm'?)
 
-``install()`` wraps ``Hydra.run`` and ``Hydra.multirun`` (Hydra offers no hook before composition). It runs when
-Hydra discovers dsconf's launcher plugin, which Hydra does for every app before composing, so plain
-``@hydra.main`` apps get it too. Apps whose config is not dsconf's, errors raised by the task itself, and
-``HYDRA_FULL_ERROR=1`` keep Hydra's behaviour. A ``-m`` sweep through Hydra's basic sweeper is composed and
-validated job by job before any job starts (the basic sweeper's ``sweep`` checks first): every job's problems are
-reported at once, and nothing runs. Hydra's own check that each batch composes is skipped for the jobs composed
-here, and dsconf's launcher takes their configs back, so each job is composed once.
+A ``-m`` sweep through Hydra's basic sweeper is composed and validated job by job before any job starts
+(``dsconf.launch.sweep_check``): every job's problems are reported at once, and nothing runs; Hydra's own check
+that each batch composes is skipped for the jobs composed there, and dsconf's launcher takes their configs, so each
+job is composed once. ``--help`` lists each of dsconf's options with a line on what it sets; shell completion also
+offers the keys of ``deepspeed`` sections that are still null.
+
+Hydra has no public hook for any of these; the methods wrapped are listed in ``dsconf.hydra_private``, and wrapped
+only while the app Hydra is creating is dsconf's (``on_search_path``, which Hydra's search-path plugin calls for
+every app before it composes). Errors raised by the task itself, Hydra's API called from Python (tests,
+notebooks), and ``HYDRA_FULL_ERROR=1`` keep Hydra's behaviour.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import re
 import sys
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, List, Optional
 
-from dsconf.errors import ConfigError, Problem
+from dsconf import hydra_private
+from dsconf.config_source import command_line_config_dirs, in_dsconf_app, search_path_elements, search_path_lists_dsconf
+from dsconf.errors import EXIT_CONFIG_ERROR, ConfigError, exit_with
+from dsconf.names import BASE_CONFIG_NAME, LAZY, PROVIDER, SEARCH_PATH
 
-EXIT_CONFIG_ERROR = 2
-_COMPOSING_MODULES = ("hydra._internal.config_loader_impl", "hydra._internal.config_repository",
-                      "hydra._internal.defaults_list", "hydra.core.override_parser")
-_WRAPPED = "__dsconf_wrapped__"
-_LISTS_DSCONF = re.compile(r"^\s*-\s*dsconf\s*$", re.MULTILINE)
-_composed_jobs: dict = {}  # job overrides -> its config, composed by check_sweep, taken by the dsconf launcher
-_checked_jobs: set = set()  # job overrides check_sweep composed: Hydra need not compose them again
-_dsconf_main = False  # this process runs a @dsconf.main app: its config is dsconf's whatever fails to compose
-_checking_sweeps = False  # a command-line multirun is running: the basic sweeper checks its jobs first
+_CHECKED_JOBS = "_dsconf_checked_jobs"  # on a sweeper whose sweep dsconf checked: its ComposedJobs
 
 
-@contextlib.contextmanager
-def dsconf_app() -> Iterator[None]:
-    """While a ``@dsconf.main`` app runs: its config is dsconf's, whatever fails to compose."""
-    global _dsconf_main
-    previous, _dsconf_main = _dsconf_main, True
-    try:
-        yield
-    finally:
-        _dsconf_main = previous
-
-
-def install() -> None:
-    """Wrap Hydra's run and multirun once; a second call is a no-op."""
-    from hydra._internal.hydra import Hydra
-
-    if getattr(Hydra.run, _WRAPPED, False):
+def on_search_path(search_path: Any) -> None:
+    """For every Hydra app, before it composes: if, and only if, the app is dsconf's, dsconf's config source on its
+    search path and dsconf's command-line behaviour (``dsconf.config_source`` says which apps are)."""
+    elements = search_path_elements(search_path)
+    config_name = hydra_private.hydra_main_config_name()
+    under_hydra_main = config_name is not hydra_private.NOT_UNDER_HYDRA_MAIN
+    if (in_dsconf_app() or config_name == BASE_CONFIG_NAME
+            or search_path_lists_dsconf(elements + command_line_config_dirs(sys.argv[1:] if under_hydra_main else []))):
+        search_path.append(provider=PROVIDER, path=SEARCH_PATH)
+        hydra_private.apply(WRAPPERS)
         return
-    Hydra.run = _reporting(Hydra.run, sweep=False)  # type: ignore[method-assign]
-    Hydra.multirun = _reporting(Hydra.multirun, sweep=True)  # type: ignore[method-assign]
-    Hydra.format_config_groups = _with_option_help(Hydra.format_config_groups)  # type: ignore[method-assign]
-    # not BasicSweeper's class itself: Hydra's plugin scan re-executes its module, replacing the class
-    from hydra.core.plugins import Plugins
-    from hydra.plugins.sweeper import Sweeper
-
-    Plugins.instantiate_sweeper = _checking_first(Plugins.instantiate_sweeper)  # type: ignore[method-assign]
-    Sweeper.validate_batch_is_legal = _unless_checked(Sweeper.validate_batch_is_legal)  # type: ignore[method-assign]
-    from hydra.plugins.completion_plugin import CompletionPlugin
-
-    CompletionPlugin._get_matches = staticmethod(_with_schema_keys(CompletionPlugin._get_matches))  # type: ignore
+    hydra_private.restore()
+    if not under_hydra_main and not any(provider == "main" for provider, _ in elements):
+        # Hydra's compose API without a config dir: the primary config is named later, and may be dsconf
+        search_path.append(provider=PROVIDER, path=f"{SEARCH_PATH}{LAZY}")
 
 
-def _reporting(method: Callable[..., Any], *, sweep: bool) -> Callable[..., Any]:
+def _reporting(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``Hydra.run``/``multirun``: a config mistake found while composing ends as one line, exit 2."""
     def wrapper(self: Any, config_name: Optional[str], task_function: Any, overrides: List[str],
                 *args: Any, **kwargs: Any) -> Any:
-        if _full_error_wanted() or not _from_command_line():
-            # Hydra's API called from Python (tests, notebooks) gets Hydra's exceptions, unchanged
+        if _full_error_wanted() or not hydra_private.called_from_hydra_main():
             return method(self, config_name, task_function, overrides, *args, **kwargs)
         try:
-            with _sweeps_checked(sweep):
-                return method(self, config_name, task_function, overrides, *args, **kwargs)
+            return method(self, config_name, task_function, overrides, *args, **kwargs)
         except Exception as err:
-            if isinstance(err, ConfigError) and not _raised_by_task(err):
-                _exit(err)
-            if not is_composition_error(err):
-                raise
-            base = _base_config(self, config_name)
-            if not (_dsconf_main or is_dsconf_config(base) or _broken_yaml_lists_dsconf(err)):
-                raise
-            from dsconf.composition import hydra_error_with_overrides
+            from dsconf.composition import exception_chain, hydra_error_with_overrides
 
-            _exit(hydra_error_with_overrides(err, list(overrides), base))
+            chain = exception_chain(err)
+            if isinstance(err, ConfigError) and not hydra_private.raised_by_task(chain):
+                exit_with(str(err), EXIT_CONFIG_ERROR)
+            if not hydra_private.raised_while_composing(chain):
+                raise
+            exit_with(str(hydra_error_with_overrides(err, list(overrides), _base_config(self, config_name))),
+                      EXIT_CONFIG_ERROR)
 
     wrapper.__doc__ = method.__doc__
-    setattr(wrapper, _WRAPPED, True)
     return wrapper
-
-
-@contextlib.contextmanager
-def _sweeps_checked(on: bool) -> Iterator[None]:
-    global _checking_sweeps
-    previous, _checking_sweeps = _checking_sweeps, on
-    try:
-        yield
-    finally:
-        _checking_sweeps = previous
-        _composed_jobs.clear()
-        _checked_jobs.clear()
 
 
 def _checking_first(instantiate_sweeper: Callable[..., Any]) -> Callable[..., Any]:
     """A basic sweeper of a command-line multirun checks every job before its first job starts."""
     def wrapper(self: Any, **kwargs: Any) -> Any:
         sweeper = instantiate_sweeper(self, **kwargs)
-        if _checking_sweeps and type(sweeper).__name__ == "BasicSweeper":
-            sweep = sweeper.sweep
+        if not hydra_private.is_basic_sweeper(sweeper) or _full_error_wanted() \
+                or not hydra_private.called_from_hydra_main():
+            return sweeper
+        sweep = sweeper.sweep
 
-            def checked_sweep(arguments: List[str]) -> Any:
-                loader = sweeper.hydra_context.config_loader
-                check_sweep(sweeper.config, loader, sweeper._parse_config() + list(arguments))
-                return sweep(arguments)
+        def checked_sweep(arguments: List[str]) -> Any:
+            from dsconf.launch.sweep_check import check_sweep
 
-            sweeper.sweep = checked_sweep
+            loader = sweeper.hydra_context.config_loader
+            composed = check_sweep(sweeper.config, loader, hydra_private.basic_sweeper_params(sweeper)
+                                   + list(arguments))
+            setattr(sweeper, _CHECKED_JOBS, composed)
+            launcher = hydra_private.sweeper_launcher(sweeper)
+            if hasattr(launcher, "use_composed_jobs"):  # dsconf's launcher; Hydra's compose each job themselves
+                launcher.use_composed_jobs(composed)
+            return sweep(arguments)
+
+        sweeper.sweep = checked_sweep
         return sweeper
 
-    setattr(wrapper, _WRAPPED, True)
     return wrapper
 
 
 def _unless_checked(validate: Callable[..., None]) -> Callable[..., None]:
     """Hydra's check that each job of a batch composes, for the jobs ``check_sweep`` has not composed already."""
     def wrapper(self: Any, batch: Any) -> None:
-        validate(self, [job for job in batch if tuple(job) not in _checked_jobs])
+        checked = getattr(self, _CHECKED_JOBS, ())
+        validate(self, [job for job in batch if job not in checked])
 
-    setattr(wrapper, _WRAPPED, True)
     return wrapper
 
 
@@ -156,7 +131,6 @@ def _with_option_help(method: Callable[..., str]) -> Callable[..., str]:
                 lines.append(f"  {name:<{width}}  {option_help(group, option)}")
         return "\n".join(lines) + "\n"
 
-    setattr(wrapper, _WRAPPED, True)
     return wrapper
 
 
@@ -172,7 +146,9 @@ def _with_schema_keys(get_matches: Callable[[Any, str], List[str]]) -> Callable[
     """Shell completion also offers the keys of ``deepspeed`` sections that are still null (from the schema)."""
     def wrapper(config: Any, word: str) -> List[str]:
         matches = get_matches(config, word)
-        if matches or not word.startswith("deepspeed.") or word.endswith("="):
+        from dsconf.schema.root import DEEPSPEED_NODE
+
+        if matches or not word.startswith(f"{DEEPSPEED_NODE}.") or word.endswith("="):
             return matches
         from dsconf.schema.introspect import fields_of, model_at, unwrap_optional
 
@@ -190,12 +166,14 @@ def _with_schema_keys(get_matches: Callable[[Any, str], List[str]]) -> Callable[
     return wrapper
 
 
-def is_composition_error(err: BaseException) -> bool:
-    """Raised while Hydra composed a config (not by the task): a frame of Hydra's config loading, no task frame."""
-    frames = list(_frames(err))
-    if any(name == "run_job" for _, name in frames):
-        return False
-    return any(module.startswith(_COMPOSING_MODULES) for module, _ in frames)
+WRAPPERS = {
+    hydra_private.HYDRA_RUN: _reporting,
+    hydra_private.HYDRA_MULTIRUN: _reporting,
+    hydra_private.HYDRA_FORMAT_CONFIG_GROUPS: _with_option_help,
+    hydra_private.PLUGINS_INSTANTIATE_SWEEPER: _checking_first,
+    hydra_private.SWEEPER_VALIDATE_BATCH: _unless_checked,
+    hydra_private.COMPLETION_GET_MATCHES: _with_schema_keys,
+}
 
 
 def _base_config(hydra: Any, config_name: Optional[str]) -> Any:
@@ -208,112 +186,5 @@ def _base_config(hydra: Any, config_name: Optional[str]) -> Any:
         return None
 
 
-def is_dsconf_config(cfg: Any) -> bool:
-    from omegaconf import OmegaConf
-
-    from dsconf.schema.deepspeed import DeepSpeedConfig
-
-    node = cfg.get("deepspeed") if hasattr(cfg, "get") else None
-    return node is not None and OmegaConf.get_type(node) is DeepSpeedConfig
-
-
-def check_sweep(cfg: Any, config_loader: Any, arguments: List[str]) -> None:
-    """Compose and validate every job of a basic-sweeper sweep (``arguments``: its params, then the command line's
-    overrides); one ``ConfigError`` naming each bad job."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    if not is_dsconf_config(cfg):
-        return
-    parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(list(arguments))
-    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    # only the dsconf launcher takes these back; Hydra's own launchers compose each job themselves
-    keep = str(OmegaConf.select(cfg, "hydra.launcher._target_") or "").endswith("DsconfLauncher")
-    _composed_jobs.clear()
-    _checked_jobs.clear()
-    problems: List[Problem] = []
-    for num, job in enumerate(jobs):
-        where = f"job #{num} ({' '.join(job)})"
-        try:
-            job_cfg = config_loader.load_sweep_config(cfg, list(job))
-            if keep:
-                _composed_jobs[tuple(job)] = job_cfg
-            _checked_jobs.add(tuple(job))
-            validate_job(job_cfg)
-        except ConfigError as err:
-            problems += [Problem(p.path, f"{where}: {p.message}", p.hint) for p in err.problems]
-        except Exception as err:
-            if not is_composition_error(err):
-                raise
-            from dsconf.composition import hydra_error_with_overrides
-
-            problem = hydra_error_with_overrides(err, list(job), cfg).problems[0]
-            problems.append(Problem(problem.path, f"{where}: {problem.message}", problem.hint))
-    if problems:
-        raise ConfigError(problems)
-
-
-def take_composed_job(overrides: List[str]) -> Any:
-    """The job's config as ``check_sweep`` composed it (composing is most of a short job's start-up), or None."""
-    return _composed_jobs.pop(tuple(overrides), None)
-
-
-def validate_job(job_cfg: Any) -> None:
-    """What the launcher checks before starting a job's ranks: ``dist``, then the DeepSpeed dict per world size."""
-    from omegaconf import OmegaConf
-
-    from dsconf.launch.core import dist_settings, export_for_world_sizes, plan_job
-    from dsconf.launch.sweep import task_cfg
-
-    launcher_dist = OmegaConf.select(job_cfg, "hydra.launcher.dist")  # hydra/launcher=dsconf's defaults
-    task = task_cfg(job_cfg)
-    plan = plan_job(dist_settings(task, launcher_dist))
-    export_for_world_sizes(task, plan.world_sizes, plan)
-
-
-def _broken_yaml_lists_dsconf(err: BaseException) -> bool:
-    """A YAML file too malformed to compose, whose text lists dsconf in a defaults list."""
-    from dsconf.composition import exception_chain
-
-    for cause in exception_chain(err):
-        mark = getattr(cause, "problem_mark", None)
-        if mark is not None and os.path.isfile(str(mark.name)):
-            with open(str(mark.name), encoding="utf-8", errors="replace") as fh:
-                return bool(_LISTS_DSCONF.search(fh.read()))
-    return False
-
-
-def _frames(err: BaseException) -> Iterator[tuple[str, str]]:
-    """(module, function) of every frame the error and its causes went through."""
-    from dsconf.composition import exception_chain
-
-    for cause in exception_chain(err):
-        tb = cause.__traceback__
-        while tb is not None:
-            yield str(tb.tb_frame.f_globals.get("__name__", "")), tb.tb_frame.f_code.co_name
-            tb = tb.tb_next
-
-
-def _raised_by_task(err: BaseException) -> bool:
-    return any(name == "run_job" for _, name in _frames(err))
-
-
-def _from_command_line() -> bool:
-    """Called under Hydra's command-line entry point (``hydra.main``'s ``_run_hydra``)."""
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "_run_hydra" and frame.f_globals.get("__name__") == "hydra._internal.utils":
-            return True
-        frame = frame.f_back  # type: ignore[assignment]
-    return False
-
-
 def _full_error_wanted() -> bool:
     return os.environ.get("HYDRA_FULL_ERROR") == "1"
-
-
-def _exit(err: ConfigError) -> None:
-    from dsconf.launch.entry import exit_with
-
-    exit_with(str(err), EXIT_CONFIG_ERROR)

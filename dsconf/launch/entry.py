@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from typing import Any, Callable, Optional
 
-from dsconf.errors import ConfigError
-from dsconf.launch import command_line, context
+from dsconf.config_source import dsconf_app
+from dsconf.errors import EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, EXIT_JOB_FAILED, ConfigError, exit_with
+from dsconf.launch import context
+from dsconf.launch.hydra_support import DSCONF_TASK_ATTR
 
 _UNSPECIFIED_: Any = object()
-DSCONF_TASK_ATTR = "__dsconf_task__"  # the user's function behind a @dsconf.main wrapper
 
 
 def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] = None,
@@ -42,8 +42,6 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
     """Same signature and CLI as ``hydra.main``; the decorated task runs on every rank of a distributed job."""
     import hydra
 
-    _register_groups()
-    command_line.install()
     kwargs: dict[str, Any] = {"config_name": config_name}
     if config_path is not _UNSPECIFIED_:
         kwargs["config_path"] = config_path
@@ -62,10 +60,10 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
         @functools.wraps(app)
         def entry(*args: Any, **kwargs: Any) -> Any:
             try:
-                with command_line.dsconf_app():
+                with dsconf_app():  # the Hydra app this creates is dsconf's: its groups, its command line
                     return app(*args, **kwargs)
             except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
-                exit_with("interrupted", 130)
+                exit_with("interrupted", EXIT_INTERRUPTED)
 
         return entry
 
@@ -74,7 +72,8 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
 
 def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     """Run ``task_fn(cfg)`` in place if this process is already a rank, else as a new distributed job."""
-    from dsconf.launch.core import JobFailed, JobInterrupted, launch
+    from dsconf.launch.core import launch
+    from dsconf.launch.failures import JobFailed, JobInterrupted
 
     single_run = not _in_multirun()
     try:
@@ -83,19 +82,19 @@ def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
         return launch(task_fn, cfg)
     except ConfigError as err:
         if single_run:
-            exit_with(str(err), 2)
+            exit_with(str(err), EXIT_CONFIG_ERROR)
         raise
     except JobInterrupted as err:
         if single_run:
-            exit_with(err.headline, 130)
+            exit_with(err.headline, EXIT_INTERRUPTED)
         raise
     except JobFailed as err:
         if single_run:
-            exit_with(f"job failed: {err}", 1)
+            exit_with(f"job failed: {err}", EXIT_JOB_FAILED)
         raise
     except KeyboardInterrupt:
         if single_run:
-            exit_with("interrupted", 130)
+            exit_with("interrupted", EXIT_INTERRUPTED)
         raise
 
 
@@ -111,13 +110,14 @@ def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
 
 def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     """This process is one rank: export torch's variables if a scheduler started it, then run the task."""
-    from dsconf.launch.core import _hydra_output_dir, export_deepspeed
+    from dsconf.launch.hydra_support import hydra_output_dir
+    from dsconf.launch.job_export import export_deepspeed
     from dsconf.launch.scheduler import export_scheduler_env
     from dsconf.world import env_world_size
 
     if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
         export_scheduler_env()
-    job_dir = os.path.abspath(_hydra_output_dir() or os.getcwd())
+    job_dir = os.path.abspath(hydra_output_dir() or os.getcwd())
     world_size = env_world_size() or 1
     write_dir = job_dir if context.rank() == 0 else None  # ds_config.json once per job, by rank 0
     deepspeed, _ = export_deepspeed(cfg, world_size, write_dir)
@@ -131,16 +131,3 @@ def _in_multirun() -> bool:
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def exit_with(message: str, code: int) -> None:
-    """End the process with ``dsconf: message`` on stderr and ``code``: no traceback."""
-    sys.stdout.flush()
-    print(f"dsconf: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(code)
-
-
-def _register_groups() -> None:
-    from dsconf import groups
-
-    groups.register()

@@ -2,11 +2,12 @@
 
 Each job runs in a *job process* forked from the launcher: it calls Hydra's ``run_job`` (so output dirs,
 ``.hydra/`` files, job numbering and callbacks are exactly the basic launcher's) with a task that starts the
-job's ranks through ``core.launch``, then sends the ``JobReturn`` back over a pipe. A job process is to
-dsconf what the ``torchrun`` process is to a torchrun job: it holds the elastic agent in its main thread,
-so torch's own signal handling and ``dist.timeout`` (SIGALRM) apply per job, and killing its process
-group ends every rank. Forking keeps the launcher's state — the task function, closures, registered
-resolvers, Hydra's singletons — and torch, imported once here before the first fork.
+job's ranks through ``core.launch``, then sends the ``JobReturn`` back over a pipe. Inside it, ``core.launch``
+does what it does for a single run: the elastic agent runs in an agent process of its own session, which the
+job process supervises (``supervisor``), enforcing ``dist.timeout`` and stopping the agent and its ranks on
+SIGTERM. The agent and the ranks die with their parent (``die_with_parent``), so killing a job process ends
+every rank of its job. Forking keeps the launcher's state — the task function, closures, registered resolvers,
+Hydra's singletons — and torch, imported once here before the first fork.
 
 - ``max_parallel_jobs > 1`` runs that many job processes at once; with GPUs each gets its own
   ``CUDA_VISIBLE_DEVICES`` subset of ``nproc_per_node`` devices, and a job waits until enough are free.
@@ -14,8 +15,10 @@ resolvers, Hydra's singletons — and torch, imported once here before the first
   first one's rendezvous store.
 - A failed job is FAILED with its error (the failing rank's exception); the others still run unless
   ``fail_fast``, which stops the running jobs and skips the rest.
-- SIGINT/SIGTERM to the launcher: every running job process gets SIGTERM (its agent stops its ranks),
-  and after a grace period whatever is left of its process group is SIGKILLed. Pending jobs are skipped.
+- SIGINT/SIGTERM to the launcher: every running job process gets SIGTERM (its supervisor stops the agent
+  and the ranks, and the job is reported FAILED); a job process still alive ``JOB_STOP_GRACE_S`` later is
+  SIGKILLed, which ends its agent and ranks too. Pending jobs are skipped. A job past its ``dist.timeout`` is
+  stopped by its own supervisor; the same grace after it, the launcher kills a job process that did not end.
 - At the end of each batch the summary table (job, overrides, status, wall time, result or error, and one
   column per metric the jobs left behind) is printed and written to ``<sweep dir>/summary.md`` and
   ``summary.json`` (all batches so far); ``dsconf.launch.report`` writes and reads them.
@@ -41,13 +44,18 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from dsconf.launch._worker import die_with_parent, dumps, kill_group
-from dsconf.launch.command_line import take_composed_job
+from dsconf.launch.hydra_support import DSCONF_TASK_ATTR, task_cfg
 from dsconf.launch.report import JobRecord, format_table, job_metrics, write_summary
+from dsconf.launch.sweep_check import ComposedJobs
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
-STOP_GRACE_S = 40.0  # after SIGTERM, how long a job may take to stop its ranks (torch waits 30 s) before SIGKILL
+# After SIGTERM (or past its dist.timeout), how long a job process may take to end before it is SIGKILLed. Its own
+# supervisor stops the agent and the ranks within supervisor.AGENT_STOP_GRACE_S (10 s); then Hydra's run_job ends
+# the job (callbacks, .hydra/ files) and the job process reports FAILED. 40 s leaves that orderly end 30 s of room
+# on a loaded host: the kill is for a job process that is stuck itself.
+JOB_STOP_GRACE_S = 40.0
 
 
 @dataclass
@@ -86,6 +94,7 @@ class SweepRunner:
         self.options = options
         self.records: list[JobRecord] = []
         self._signal: Optional[int] = None
+        self.composed_jobs = ComposedJobs()  # jobs the command line's sweep check composed already
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
         from hydra.core.utils import configure_log, filter_overrides, setup_globals
@@ -101,7 +110,7 @@ class SweepRunner:
         for offset, overrides in enumerate(job_overrides):
             idx = initial_job_idx + offset
             log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
-            sweep_config = (take_composed_job(list(overrides))
+            sweep_config = (self.composed_jobs.take(list(overrides))
                             or self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides)))
             with open_dict(sweep_config):
                 sweep_config.hydra.job.id = idx
@@ -118,7 +127,7 @@ class SweepRunner:
         return returns
 
     def _job(self, idx: int, overrides: list[str], sweep_config: Any) -> _Job:
-        from dsconf.launch.core import dist_settings
+        from dsconf.launch.plan import dist_settings
         from dsconf.world import parse_nnodes, resolve_nproc_per_node
 
         try:
@@ -174,7 +183,7 @@ class SweepRunner:
         with contextlib.suppress(OSError, AttributeError):
             os.setpgid(job.process.pid, job.process.pid)  # also done by the child: no race
         if job.timeout:
-            job.kill_at = job.started + job.timeout + STOP_GRACE_S
+            job.kill_at = job.started + job.timeout + JOB_STOP_GRACE_S
 
     def _poll(self, job: _Job) -> bool:
         """Collect what the job process sent; True once it has ended and the job is settled."""
@@ -192,7 +201,7 @@ class SweepRunner:
         assert job.conn is not None
         job.conn.close()
         if job.ret is None:
-            from dsconf.launch.core import JobFailed
+            from dsconf.launch.failures import JobFailed
 
             code = job.process.exitcode
             error = JobFailed(f"job process exited with code {code} before reporting a result")
@@ -211,7 +220,7 @@ class SweepRunner:
         """SIGTERM the job process: its elastic agent terminates every rank, then it reports FAILED."""
         with contextlib.suppress(OSError, AttributeError):
             os.kill(job.process.pid, signal.SIGTERM)
-        job.kill_at = min(job.kill_at or float("inf"), time.monotonic() + STOP_GRACE_S)
+        job.kill_at = min(job.kill_at or float("inf"), time.monotonic() + JOB_STOP_GRACE_S)
 
     @contextlib.contextmanager
     def _catch_signals(self) -> Iterator[None]:
@@ -284,15 +293,15 @@ def _job_process(conn: Connection, hydra_context: Any, task_function: Callable[[
 
 def _distributed_task(task_function: Callable[[Any], Any], dist_defaults: dict[str, Any], job_num: int,
                       cfg: Any) -> Any:
-    from dsconf.launch.core import dist_settings, launch
-    from dsconf.launch.entry import DSCONF_TASK_ATTR
+    from dsconf.launch.core import launch
+    from dsconf.launch.plan import dist_settings
 
     task_fn = getattr(task_function, DSCONF_TASK_ATTR, task_function)
     return launch(task_fn, cfg, dist=dist_settings(cfg, dist_defaults), job_num=job_num)
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    from dsconf.launch.core import JobInterrupted
+    from dsconf.launch.failures import JobInterrupted
 
     raise JobInterrupted(f"job stopped by {signal.Signals(signum).name}")
 
@@ -319,7 +328,7 @@ def _settle(job: _Job, now: float) -> None:
 
 
 def _skip(job: _Job, why: str) -> None:
-    from dsconf.launch.core import JobFailed
+    from dsconf.launch.failures import JobFailed
 
     job.record.status, job.record.result = "SKIPPED", f"not run ({why})"
     job.ret = _failed_return(job.sweep_config, job.record.overrides, JobFailed(f"job not run ({why})"))
@@ -339,21 +348,12 @@ def _failed_return(sweep_config: Any, overrides: list[str], error: BaseException
     return ret
 
 
-def task_cfg(sweep_config: Any) -> Any:
-    from omegaconf import open_dict, read_write
-
-    cfg = copy.deepcopy(sweep_config)
-    with read_write(cfg), open_dict(cfg):
-        cfg.pop("hydra", None)
-    return cfg
-
-
 def _dumps_return(ret: Any) -> bytes:
     """The ``JobReturn``; an unpicklable return value travels as its repr, an error as its text."""
     try:
         return dumps(ret)
     except Exception as err:
-        from dsconf.launch.core import JobFailed
+        from dsconf.launch.failures import JobFailed
 
         log.warning(f"the job's return value cannot be pickled ({err}); sending its repr")
         value = ret._return_value

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import copy
 from dataclasses import MISSING, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+from dsconf.schema.hf_sources import HF_SOURCES
 
 
 def doc(
@@ -32,6 +34,8 @@ def doc(
     aliases: Sequence[str] = (),
     auto: Optional[str] = None,
     type: Any = None,
+    model_key: Optional[str] = None,
+    models: Optional[Callable[[Any], Optional[type]]] = None,
 ) -> Any:
     """Declare a schema field.
 
@@ -42,24 +46,30 @@ def doc(
     without a warning (exported under the field's own name). ``auto`` names what HF Transformers/Accelerate
     fill an ``"auto"`` value from (e.g. ``"TrainingArguments.learning_rate"``): only such keys accept "auto".
     ``type`` is the value type when the annotation must be ``Any`` (a key that also accepts "auto").
+    ``model_key`` marks a dynamic field, whose model depends on the value of that sibling key (optimizer and
+    scheduler ``params``: the ``type``); ``models`` maps that value to the model (None: dsconf has none, the
+    keys are free-form). Annotate such a field ``Any``.
     """
+    if (model_key is None) != (models is None):
+        raise TypeError("a dynamic field declares model_key and models together")
     metadata = {"help": help, "ge": ge, "gt": gt, "le": le, "choices": choices,
                 "case_insensitive": case_insensitive or None, "since": since,
                 "until": until, "legacy": legacy, "instead": instead, "aliases": tuple(aliases) or None,
-                "auto": auto, "type": type}
+                "auto": auto, "type": type, "model_key": model_key, "models": models}
     metadata = {k: v for k, v in metadata.items() if v is not None}
     if isinstance(default, (list, dict)) or hasattr(default, "__dataclass_fields__"):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
-def hf_auto(default: Any, help: str, filled_from: str, type: Any, **constraints: Any) -> Any:
-    """A field HF Transformers/Accelerate may leave as "auto" and fill from ``filled_from``.
+def hf_auto(default: Any, help: str, key: str, type: Any, **constraints: Any) -> Any:
+    """A field HF Transformers/Accelerate may leave as "auto": ``key`` is its DeepSpeed key in
+    ``hf_sources.HF_SOURCES``, whose entry says what HF fills it from (the field's ``auto`` note).
 
     Annotate such a field ``Any`` (OmegaConf cannot type a value that is a number or "auto"); ``type`` is
     what validation and ``describe`` use.
     """
-    return doc(default, help, auto=filled_from, type=type, **constraints)
+    return doc(default, help, auto=str(HF_SOURCES[key]), type=type, **constraints)
 
 
 def section(model: type, help: str, **metadata: Any) -> Any:

@@ -38,7 +38,7 @@ class TrainingKeys:
     optimizer: Any = doc(None, "Optimizer DeepSpeed builds: {type, params}; null = the one passed to initialize")
     scheduler: Any = doc(None, "Learning-rate schedule DeepSpeed builds: {type, params}; null = none")
     gradient_clipping: Any = hf_auto(1.0, "Clip gradients to this global norm; 0 = off",
-                                     "TrainingArguments.max_grad_norm", float, ge=0)
+                                     "gradient_clipping", float, ge=0)
     communication_data_type: Optional[str] = doc(None, "Dtype of gradient all-reduce; null = the training dtype",
                                                  choices=COMM_DTYPES, case_insensitive=True)
     seq_parallel_communication_data_type: Optional[str] = doc(

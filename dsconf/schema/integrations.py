@@ -1,7 +1,7 @@
 """dsconf's keys for the tools that take a DeepSpeed dict themselves (HF Transformers' Trainer).
 
 Not DeepSpeed sections: they tell dsconf where, in the user's own config, the tool's arguments are, so that
-HF's "auto" values are filled at compose time exactly as the tool would fill them (``dsconf.integrations.hf``).
+HF's "auto" values are filled at compose time exactly as the tool would fill them (``dsconf.hf_auto``).
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ import typing
 from functools import cache
 from typing import Any, Dict, List, Optional, Tuple
 
-from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, TORCH_OPTIMIZER_PARAMS, OptimizerConfig
+from dsconf.schema.optimizer import OptimizerConfig
 from dsconf.schema.precision import BF16Config
 from dsconf.schema.root import DsconfConfig
-from dsconf.schema.scheduler import SCHEDULERS, SchedulerConfig
+from dsconf.schema.scheduler import SchedulerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
 
 
@@ -40,17 +40,46 @@ def unwrap_optional(tp: Any) -> Tuple[Any, bool]:
     return tp, False
 
 
-def optimizer_params_model(type_name: str) -> Optional[type]:
-    spec = DEEPSPEED_OPTIMIZERS.get(str(type_name).lower())
-    if spec is not None:
-        return spec.params
-    return TORCH_OPTIMIZER_PARAMS.get(str(type_name))
+def model_key(field: dataclasses.Field) -> Optional[str]:
+    """The sibling key whose value picks a dynamic field's model (declared ``model_key``: ``type`` for the optimizer's
+    and the scheduler's ``params``); None for any other field."""
+    return field.metadata.get("model_key")
+
+
+def model_node(field: dataclasses.Field, value: Any, parent: Any) -> Any:
+    """The node ``dynamic_model`` reads a field's model from: the parent (which holds the sibling key) for a dynamic
+    field, else the field's own value."""
+    return parent if model_key(field) else value
+
+
+@cache
+def model_keys() -> Dict[str, str]:
+    """section of ``deepspeed`` -> the key in it that picks a dynamic field's model (``{"optimizer": "type",
+    "scheduler": "type"}``), read from the fields' declarations: the sections ``walk``'s ``types`` are keyed by."""
+    from dsconf.schema.deepspeed import DeepSpeedConfig
+
+    out = {}
+    for name, (tp, _) in fields_of(DeepSpeedConfig).items():
+        inner, _ = unwrap_optional(tp)
+        model = inner if dataclasses.is_dataclass(inner) else dynamic_model(DeepSpeedConfig, name, {})
+        for _, field in fields_of(model).values() if model is not None else ():
+            if model_key(field):
+                out[name] = model_key(field)
+    return out
 
 
 def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
-    """The model for a field typed ``Any`` whose shape depends on its value (optimizer, scheduler, ...)."""
+    """The model for a field typed ``Any`` whose shape depends on its value (optimizer, scheduler, ...).
+
+    For a dynamic field (declared with ``model_key``: the optimizer's and the scheduler's ``params``), ``value`` is
+    its parent's node (``model_node``), whose sibling key the field's declared ``models`` maps to the model.
+    """
     from dsconf.schema.deepspeed import DeepSpeedConfig
 
+    declared = fields_of(owner).get(name) if dataclasses.is_dataclass(owner) else None
+    key = model_key(declared[1]) if declared else None
+    if key:
+        return declared[1].metadata["models"](value.get(key) if isinstance(value, dict) else "")
     if owner is DeepSpeedConfig and name == "optimizer":
         return OptimizerConfig
     if owner is DeepSpeedConfig and name == "scheduler":
@@ -60,10 +89,6 @@ def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
     if owner is DeepSpeedConfig and name == "sparse_attention":
         mode = value.get("mode", "fixed") if isinstance(value, dict) else "fixed"
         return SPARSITY_MODES.get(mode)
-    if owner is OptimizerConfig and name == "params":
-        return optimizer_params_model(value.get("type") if isinstance(value, dict) else "")
-    if owner is SchedulerConfig and name == "params":
-        return SCHEDULERS.get(value.get("type") if isinstance(value, dict) else "")
     return None
 
 
@@ -84,8 +109,9 @@ def walk(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optiona
     """The fields along a dotted path, as far as the schema knows them (fewer steps than parts: the first part
     left over is unknown). Aliases resolve to the field they spell.
 
-    ``types`` names what decides a dynamic model: the optimizer/scheduler type (their ``params``) and the
-    sparsity mode (``sparse_attention``), as ``composition.chosen_types`` reads them from overrides.
+    ``types`` names what decides a dynamic model: the value of a dynamic field's ``model_key`` by section (the
+    optimizer/scheduler type, for their ``params``: ``model_keys()``) and the sparsity mode (``sparse_attention``),
+    as ``composition.chosen_types`` reads them from overrides.
     """
     types = types or {}
     steps: List[Step] = []
@@ -97,9 +123,9 @@ def walk(path: str, root: type = DsconfConfig, types: Optional[Dict[str, Optiona
         tp, field = fields_of(cls)[name]
         inner, _ = unwrap_optional(tp)
         section = steps[-1].name if steps else ""
-        # the node a dynamic model is read from: the section itself, or for ``params`` its parent (the type)
-        value = {"type": types.get(section) or ""} if name == "params" else (
-            {"mode": types[name]} if types.get(name) else {})
+        # the node a dynamic model is read from: for a dynamic field its parent (the sibling key), else the section
+        key = model_key(field)
+        value = {key: types.get(section) or ""} if key else ({"mode": types[name]} if types.get(name) else {})
         model = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, name, value)
         steps.append(Step(name, part, cls, tp, field, model))
         cls = model
@@ -171,7 +197,6 @@ def with_defaults(value: Any, cls: Optional[type]) -> Any:
             if default is None or default is dataclasses.MISSING:
                 continue
             out[name] = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default
-        sub = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, name, out if name == "params"
-                                                                          else out[name])
+        sub = inner if dataclasses.is_dataclass(inner) else dynamic_model(cls, name, model_node(field, out[name], out))
         out[name] = with_defaults(out[name], sub)
     return out

@@ -10,27 +10,22 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from dsconf.schema._field import doc, hf_auto
+from dsconf.schema.hf_sources import HF_SOURCES
 
 BETAS = [0.9, 0.999]
-
-
-# What HF Transformers' Trainer fills an "auto" value of these keys from (whatever the type).
-HF_FILLED_PARAMS: Dict[str, str] = {
-    "lr": "TrainingArguments.learning_rate",
-    "betas": "TrainingArguments.adam_beta1, adam_beta2",
-    "eps": "TrainingArguments.adam_epsilon",
-    "weight_decay": "TrainingArguments.weight_decay",
-}
-HF = HF_FILLED_PARAMS
+# What HF Transformers' Trainer fills an "auto" param from, whatever the optimizer (one without a params model too)
+HF_FILLED_PARAMS: Dict[str, str] = {key.split(".")[-1]: str(source) for key, source in HF_SOURCES.items()
+                                    if key.startswith("optimizer.params.")}
 
 
 @dataclass
 class AdamParams:
-    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", "optimizer.params.lr", float, ge=0)
     betas: Any = hf_auto(BETAS, "Coefficients for running averages of the gradient and its square",
-                         HF["betas"], List[float])
-    eps: Any = hf_auto(1e-8, "Term added to the denominator for numerical stability", HF["eps"], float, ge=0)
-    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
+                         "optimizer.params.betas", List[float])
+    eps: Any = hf_auto(1e-8, "Term added to the denominator for numerical stability", "optimizer.params.eps", float,
+                       ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
     bias_correction: bool = doc(True, "Apply Adam's bias correction")
     adam_w_mode: bool = doc(True, "Decoupled weight decay; DeepSpeed's 'Adam' is AdamW unless this is false")
     torch_adam: bool = doc(False, "Use torch.optim's implementation instead of DeepSpeed's fused one")
@@ -40,11 +35,11 @@ class AdamParams:
 class _MomentParams:
     """Keys shared by DeepSpeed's Lamb and 1-bit optimizers (their constructors' common arguments)."""
 
-    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
-    betas: Any = hf_auto(BETAS, "Coefficients for running averages", HF["betas"], List[float])
-    eps: Any = hf_auto(1e-8, "Numerical stability term", HF["eps"], float, ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", "optimizer.params.lr", float, ge=0)
+    betas: Any = hf_auto(BETAS, "Coefficients for running averages", "optimizer.params.betas", List[float])
+    eps: Any = hf_auto(1e-8, "Numerical stability term", "optimizer.params.eps", float, ge=0)
     eps_inside_sqrt: bool = doc(False, "Add eps inside the square root")
-    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
     bias_correction: bool = doc(True, "Apply bias correction")
 
 
@@ -87,24 +82,24 @@ class OneBitLambParams(_CompressedParams):
 
 @dataclass
 class LionParams:
-    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
-    betas: Any = hf_auto(BETAS, "Coefficients for the update and the momentum", HF["betas"], List[float])
-    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", "optimizer.params.lr", float, ge=0)
+    betas: Any = hf_auto(BETAS, "Coefficients for the update and the momentum", "optimizer.params.betas", List[float])
+    weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
 
 
 @dataclass
 class AdagradParams:
-    lr: Any = hf_auto(1e-2, "Learning rate", HF["lr"], float, ge=0)
-    eps: Any = hf_auto(1e-10, "Numerical stability term", HF["eps"], float, ge=0)
-    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
+    lr: Any = hf_auto(1e-2, "Learning rate", "optimizer.params.lr", float, ge=0)
+    eps: Any = hf_auto(1e-10, "Numerical stability term", "optimizer.params.eps", float, ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
 
 
 @dataclass
 class SGDParams:
-    lr: Any = hf_auto(1e-3, "Learning rate", HF["lr"], float, ge=0)
+    lr: Any = hf_auto(1e-3, "Learning rate", "optimizer.params.lr", float, ge=0)
     momentum: float = doc(0.0, "Momentum factor", ge=0)
     dampening: float = doc(0.0, "Dampening for momentum", ge=0)
-    weight_decay: Any = hf_auto(0.0, "Weight decay", HF["weight_decay"], float, ge=0)
+    weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
     nesterov: bool = doc(False, "Nesterov momentum")
 
 
@@ -144,10 +139,19 @@ DEEPSPEED_OPTIMIZERS: Dict[str, OptimizerSpec] = {
 TORCH_OPTIMIZER_PARAMS: Dict[str, type] = {"SGD": SGDParams}
 
 
+def optimizer_params_model(type_name: Any) -> Optional[type]:
+    """The params model of the optimizer ``type_name`` names, matched as DeepSpeed matches it (None: no model)."""
+    spec = DEEPSPEED_OPTIMIZERS.get(str(type_name).lower())
+    if spec is not None:
+        return spec.params
+    return TORCH_OPTIMIZER_PARAMS.get(str(type_name))
+
+
 @dataclass
 class OptimizerConfig:
     type: str = doc("Adam", "Optimizer name: a DeepSpeed optimizer (any case) or a torch.optim class")
-    params: Any = doc(None, "Keyword arguments of the optimizer's constructor")
+    params: Any = doc(None, "Keyword arguments of the optimizer's constructor", model_key="type",
+                      models=optimizer_params_model)
     legacy_fusion: bool = doc(False, "Use the legacy fused fp16 optimizer path")
 
 

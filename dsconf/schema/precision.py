@@ -14,7 +14,7 @@ class FP16Config:
     deepspeed_model: ClassVar[str] = "deepspeed.runtime.precision_config.DeepSpeedFP16Config"
 
     enabled: Any = hf_auto(False, "Train in fp16 mixed precision (needs a GPU)",
-                           "TrainingArguments.fp16 / fp16_full_eval", bool)
+                           "fp16.enabled", bool)
     auto_cast: bool = doc(False, "Cast inputs to fp16 automatically")
     loss_scale: float = doc(0.0, "Static loss scale; 0 means dynamic loss scaling", ge=0)
     initial_scale_power: int = doc(16, "Dynamic loss scaling starts at 2**initial_scale_power")
@@ -29,7 +29,7 @@ class FP16Config:
 class BF16Config:
     deepspeed_model: ClassVar[str] = "deepspeed.runtime.precision_config.DeepSpeedBF16Config"
 
-    enabled: Any = hf_auto(False, "Train in bfloat16 mixed precision", "TrainingArguments.bf16 / bf16_full_eval", bool)
+    enabled: Any = hf_auto(False, "Train in bfloat16 mixed precision", "bf16.enabled", bool)
     immediate_grad_update: bool = doc(False, "Apply gradient updates immediately rather than delayed")
     check_grad_overflow: bool = doc(True, "Skip the optimizer step when gradients overflow")
     bf16_master_weights_and_grads: bool = doc(False, "Keep master weights and grads in bf16 (ZeRO 1-3 only)")
@@ -41,8 +41,8 @@ class AmpConfig:
     """NVIDIA Apex AMP; everything but ``enabled`` is passed to ``apex.amp.initialize``."""
 
     enabled: Any = hf_auto(True, "Train with Apex AMP (needs a GPU and apex)",
-                           "TrainingArguments.fp16 with fp16_backend=apex", bool)
-    opt_level: Any = hf_auto("O1", "Apex optimisation level", "TrainingArguments.fp16_opt_level", Optional[str],
+                           "amp.enabled", bool)
+    opt_level: Any = hf_auto("O1", "Apex optimisation level", "amp.opt_level", Optional[str],
                              choices=["O0", "O1", "O2", "O3"])
     cast_model_type: Optional[str] = doc(None, "Apex: dtype to cast the model to")
     patch_torch_functions: Optional[bool] = doc(None, "Apex: patch torch functions to run in fp16")

@@ -10,6 +10,10 @@ from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.dist import DistConfig
 from dsconf.schema.integrations import HfConfig
 
+# The root key under which the DeepSpeed config lives (``DsconfConfig.deepspeed``): the first part of every path to a
+# DeepSpeed key (``deepspeed.zero_optimization.stage``) and the package of every group option.
+DEEPSPEED_NODE = "deepspeed"
+
 # Group -> option chosen when the user picks none. ``_self_`` first so that groups override the schema.
 DEFAULT_GROUPS = {
     "precision": "fp32",

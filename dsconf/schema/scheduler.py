@@ -10,27 +10,22 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from dsconf.schema._field import doc, hf_auto
+from dsconf.schema.hf_sources import HF_SOURCES
 
 WARMUP_TYPES = ["log", "linear"]
 REQUIRED = "???"  # OmegaConf's mark for a value the user must set
-
-
-# What HF Transformers' Trainer fills an "auto" value of these keys from (whatever the type).
-HF_FILLED_PARAMS: Dict[str, str] = {
-    "warmup_min_lr": "0 (HF Trainer)",
-    "warmup_max_lr": "TrainingArguments.learning_rate",
-    "warmup_num_steps": "TrainingArguments.warmup_steps, or warmup_ratio x total steps",
-    "total_num_steps": "the Trainer's total training steps",
-}
-HF = HF_FILLED_PARAMS
+# What HF Transformers' Trainer fills an "auto" param from, whatever the scheduler
+HF_FILLED_PARAMS: Dict[str, str] = {key.split(".")[-1]: str(source) for key, source in HF_SOURCES.items()
+                                    if key.startswith("scheduler.params.")}
 
 
 @dataclass
 class WarmupLRParams:
-    warmup_min_lr: Any = hf_auto(0.0, "Learning rate at the start of warm-up", HF["warmup_min_lr"], float, ge=0)
+    warmup_min_lr: Any = hf_auto(0.0, "Learning rate at the start of warm-up", "scheduler.params.warmup_min_lr", float,
+                                 ge=0)
     warmup_max_lr: Any = hf_auto(None, "Learning rate at the end of warm-up; null = the optimizer's lr",
-                                 HF["warmup_max_lr"], Optional[float], ge=0)
-    warmup_num_steps: Any = hf_auto(1000, "Warm-up steps", HF["warmup_num_steps"], int, gt=0)
+                                 "scheduler.params.warmup_max_lr", Optional[float], ge=0)
+    warmup_num_steps: Any = hf_auto(1000, "Warm-up steps", "scheduler.params.warmup_num_steps", int, gt=0)
     warmup_type: str = doc("log", "Warm-up curve", choices=WARMUP_TYPES)
     last_batch_iteration: int = doc(-1, "Last step when resuming; -1 starts fresh")
 
@@ -40,15 +35,16 @@ class WarmupDecayLRParams(WarmupLRParams):
     """WarmupLR followed by a linear decay to 0 at ``total_num_steps`` (a subclass in DeepSpeed too)."""
 
     total_num_steps: Any = hf_auto(REQUIRED, "Total training steps (decay reaches 0 there)",
-                                   HF["total_num_steps"], int, gt=0)
-    warmup_max_lr: Any = hf_auto(0.001, "Learning rate at the end of warm-up", HF["warmup_max_lr"], float, ge=0)
+                                   "scheduler.params.total_num_steps", int, gt=0)
+    warmup_max_lr: Any = hf_auto(0.001, "Learning rate at the end of warm-up", "scheduler.params.warmup_max_lr", float,
+                                 ge=0)
 
 
 @dataclass
 class WarmupCosineLRParams:
-    total_num_steps: Any = hf_auto(REQUIRED, "Total training steps", HF["total_num_steps"], int, gt=0)
+    total_num_steps: Any = hf_auto(REQUIRED, "Total training steps", "scheduler.params.total_num_steps", int, gt=0)
     warmup_min_ratio: float = doc(0.0, "Start of warm-up as a fraction of the optimizer's lr", ge=0)
-    warmup_num_steps: Any = hf_auto(1000, "Warm-up steps", HF["warmup_num_steps"], int, gt=0)
+    warmup_num_steps: Any = hf_auto(1000, "Warm-up steps", "scheduler.params.warmup_num_steps", int, gt=0)
     cos_min_ratio: float = doc(0.0001, "End of cosine decay as a fraction of the optimizer's lr", ge=0)
     warmup_type: str = doc("log", "Warm-up curve", choices=WARMUP_TYPES)
     last_batch_iteration: int = doc(-1, "Last step when resuming; -1 starts fresh")
@@ -93,7 +89,8 @@ SCHEDULERS: Dict[str, type] = {
 @dataclass
 class SchedulerConfig:
     type: str = doc("WarmupLR", "Scheduler name", choices=list(SCHEDULERS))
-    params: Any = doc(None, "Keyword arguments of the scheduler's constructor")
+    params: Any = doc(None, "Keyword arguments of the scheduler's constructor", model_key="type",
+                      models=SCHEDULERS.get)
 
 
 def scheduler_preset(type_name: str) -> SchedulerConfig:

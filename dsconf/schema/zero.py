@@ -25,9 +25,9 @@ DEFAULT_LEAF_MODULE_CLASSES = [
 class OffloadParamConfig:
     deepspeed_model: ClassVar[str] = "deepspeed.runtime.zero.offload_config.DeepSpeedZeroOffloadParamConfig"
 
-    device: Any = hf_auto("none", "Where to offload parameters (ZeRO stage 3 only)", "Accelerate: offload_param_device",
-                          str, choices=OFFLOAD_DEVICES)
-    nvme_path: Any = hf_auto(None, "NVMe directory for device=nvme", "Accelerate: offload_param_nvme_path",
+    device: Any = hf_auto("none", "Where to offload parameters (ZeRO stage 3 only)",
+                          "zero_optimization.offload_param.device", str, choices=OFFLOAD_DEVICES)
+    nvme_path: Any = hf_auto(None, "NVMe directory for device=nvme", "zero_optimization.offload_param.nvme_path",
                              Optional[str])
     buffer_count: int = doc(5, "Buffers in the parameter swap pool", ge=0)
     buffer_size: int = doc(100_000_000, "Size of each parameter swap buffer (elements)", ge=0)
@@ -40,8 +40,8 @@ class OffloadOptimizerConfig:
     deepspeed_model: ClassVar[str] = "deepspeed.runtime.zero.offload_config.DeepSpeedZeroOffloadOptimizerConfig"
 
     device: Any = hf_auto("none", "Where to offload optimizer state and computation",
-                          "Accelerate: offload_optimizer_device", str, choices=OFFLOAD_DEVICES)
-    nvme_path: Any = hf_auto(None, "NVMe directory for device=nvme", "Accelerate: offload_optimizer_nvme_path",
+                          "zero_optimization.offload_optimizer.device", str, choices=OFFLOAD_DEVICES)
+    nvme_path: Any = hf_auto(None, "NVMe directory for device=nvme", "zero_optimization.offload_optimizer.nvme_path",
                              Optional[str])
     buffer_count: int = doc(4, "Buffers in the optimizer-state swap pool", ge=0)
     pin_memory: bool = doc(True, "Offload to page-locked CPU memory")
@@ -89,11 +89,11 @@ class ZeroOptimizationConfig:
     deepspeed_model: ClassVar[str] = "deepspeed.runtime.zero.config.DeepSpeedZeroConfig"
 
     stage: Any = hf_auto(0, "ZeRO stage: 0 off, 1 optimizer states, 2 +gradients, 3 +parameters",
-                         "Accelerate: zero_stage", int, choices=[0, 1, 2, 3])
+                         "zero_optimization.stage", int, choices=[0, 1, 2, 3])
     contiguous_gradients: bool = doc(True, "Copy gradients into a contiguous buffer as they are produced")
     reduce_scatter: bool = doc(True, "Average gradients with reduce/reduce-scatter instead of all-reduce")
     reduce_bucket_size: Any = hf_auto(500_000_000, "Elements reduced at a time",
-                                      "TrainingArguments: model.config.hidden_size**2", int, gt=0)
+                                      "zero_optimization.reduce_bucket_size", int, gt=0)
     use_multi_rank_bucket_allreduce: bool = doc(True, "Combine ranks' reduce buckets into one all-reduce")
     allgather_partitions: bool = doc(True, "All-gather updated partitions (else a series of broadcasts)")
     allgather_bucket_size: int = doc(500_000_000, "Elements all-gathered at a time", ge=0)
@@ -116,10 +116,10 @@ class ZeroOptimizationConfig:
     cpu_offload_use_pin_memory: Optional[bool] = doc(None, "Deprecated: use offload_*.pin_memory",
                                                      legacy="offload_optimizer.pin_memory")
     stage3_prefetch_bucket_size: Any = hf_auto(50_000_000, "Parameter elements fetched ahead of use (stage 3)",
-                                               "TrainingArguments: 0.9 * hidden_size**2", int, ge=0,
+                                               "zero_optimization.stage3_prefetch_bucket_size", int, ge=0,
                                                aliases=("prefetch_bucket_size",))
     stage3_param_persistence_threshold: Any = hf_auto(100_000, "Parameters smaller than this stay unpartitioned",
-                                                      "TrainingArguments: 10 * hidden_size", int, ge=0,
+                                                      "zero_optimization.stage3_param_persistence_threshold", int, ge=0,
                                                       aliases=("param_persistence_threshold",))
     stage3_model_persistence_threshold: int = doc(sys.maxsize, "Cap on unpartitioned parameter elements", ge=0,
                                                   aliases=("model_persistence_threshold",))
@@ -127,9 +127,10 @@ class ZeroOptimizationConfig:
                                           aliases=("max_live_parameters",))
     stage3_max_reuse_distance: int = doc(1_000_000_000, "Keep a parameter reused within this many elements", ge=0,
                                          aliases=("max_reuse_distance",))
-    stage3_gather_16bit_weights_on_model_save: Any = hf_auto(False, "Gather 16-bit weights in save_16bit_model()",
-                                                             "Accelerate: zero3_save_16bit_model", bool,
-                                                             aliases=("gather_16bit_weights_on_model_save",))
+    stage3_gather_16bit_weights_on_model_save: Any = hf_auto(
+        False, "Gather 16-bit weights in save_16bit_model()",
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save", bool,
+        aliases=("gather_16bit_weights_on_model_save",))
     stage3_module_granularity_threshold: int = doc(0, "Modules finer than this are fetched as one unit",
                                                    aliases=("module_granularity_threshold",))
     stage3_use_all_reduce_for_fetch_params: bool = doc(False, "Fetch parameters with all-reduce (stage 3)",

@@ -11,6 +11,7 @@ from typing import Any, Dict, List
 
 from dsconf.errors import Problem, join_path
 from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
+from dsconf.schema.root import DEEPSPEED_NODE
 
 
 class LegacyKeyWarning(UserWarning):
@@ -29,7 +30,7 @@ def _offload_set(block: Any) -> bool:
 TRANSLATED = {"cpu_offload", "cpu_offload_param", "cpu_offload_use_pin_memory", "fp32_allreduce", "bfloat16"}
 
 
-def translate_legacy_forms(ds: Dict[str, Any], prefix: str = "deepspeed") -> None:
+def translate_legacy_forms(ds: Dict[str, Any], prefix: str = DEEPSPEED_NODE) -> None:
     """Old forms of a whole section, rewritten before the section is read: ``"zero_optimization": true``."""
     zero = ds.get("zero_optimization")
     if isinstance(zero, bool):
@@ -57,7 +58,7 @@ def rename_deprecated(value: Dict[str, Any], cls: type, path: str, problems: Lis
             rename_deprecated(value[name], inner, join_path(path, name), problems)
 
 
-def translate_legacy(ds: Dict[str, Any], prefix: str = "deepspeed") -> List[Problem]:
+def translate_legacy(ds: Dict[str, Any], prefix: str = DEEPSPEED_NODE) -> List[Problem]:
     """Rewrite legacy keys of ``ds`` in place; return conflicts."""
     from dsconf.schema.deepspeed import DeepSpeedConfig
 

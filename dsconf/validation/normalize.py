@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from dsconf.errors import Problem, join_path
 from dsconf.resolvers import AUTO
-from dsconf.schema.introspect import dynamic_model, fields_of, unwrap_optional
+from dsconf.schema.introspect import dynamic_model, fields_of, model_key, model_node, unwrap_optional
 
 _TRUE = {"1", "on", "t", "true", "y", "yes"}
 _FALSE = {"0", "off", "f", "false", "n", "no"}
@@ -118,10 +118,10 @@ def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type,
     if dataclasses.is_dataclass(inner):
         return normalize(value, inner, path, keep_auto=keep_auto, problems=problems)
     if inner is Any:
-        model = dynamic_model(owner, field.name, value if field.name != "params" else parent)
+        model = dynamic_model(owner, field.name, model_node(field, value, parent))
         if model is not None:
             return normalize(value, model, path, keep_auto=keep_auto, problems=problems)
-        if field.name == "params" and isinstance(value, dict):
+        if model_key(field) and isinstance(value, dict):
             _free_form_auto(value, _hf_filled_params(owner), path, keep_auto, problems)
         return value
     if lax:

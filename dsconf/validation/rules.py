@@ -15,10 +15,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from dsconf.errors import Problem
 from dsconf.schema.introspect import default_of, fields_of
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
+from dsconf.schema.root import DEEPSPEED_NODE
 from dsconf.schema.zero import OFFLOAD_BLOCKS, OffloadOptimizerConfig, OffloadParamConfig
 from dsconf.validation.normalize import is_auto
 
-P = "deepspeed"
+P = DEEPSPEED_NODE
 Check = Callable[[Dict[str, Any]], List[Problem]]
 
 

@@ -12,9 +12,8 @@ import typing
 from typing import Any, List, Optional
 
 from dsconf.errors import Problem, did_you_mean, join_path
-from dsconf.schema.introspect import default_of, dynamic_model, fields_of, unwrap_optional
+from dsconf.schema.introspect import default_of, dynamic_model, fields_of, model_node, unwrap_optional
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, OptimizerConfig
-from dsconf.schema.scheduler import SchedulerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
 from dsconf.validation.normalize import deepspeed_auto, is_auto
 from dsconf.versions import at_least, known_in
@@ -74,7 +73,7 @@ def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, pare
             problems.append(Problem(path, "must not be null", f"expected {_type_label(inner)}"))
         return
     if inner is Any:
-        model = dynamic_model(owner, field.name, value if field.name != "params" else parent)
+        model = dynamic_model(owner, field.name, model_node(field, value, parent))
         if model is not None:
             check_dynamic(value, model, owner, field.name, parent, path, target, problems)
         return
@@ -89,24 +88,22 @@ def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, pare
 
 def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict, path: str, target: str,
                   problems: List[Problem]) -> None:
-    """Sections whose model depends on a value inside them: optimizer, scheduler, sparse_attention."""
-    if model is OptimizerConfig:
-        params = value.get("params") if isinstance(value, dict) else None
-        if isinstance(params, dict) and MAX_GRAD_NORM in params:  # a rule of its own says what to do instead
-            value = {**value, "params": {k: v for k, v in params.items() if k != MAX_GRAD_NORM}}
-        check_model(value, OptimizerConfig, path, target, problems)
-        check_optimizer_type(value, path, target, problems)
-    elif model is SchedulerConfig:
-        check_model(value, SchedulerConfig, path, target, problems)
-    elif model in SPARSITY_MODES.values():
+    """A field typed ``Any`` whose model ``dynamic_model`` read from a value: a section typed by its name (optimizer,
+    scheduler), the sparsity mode's model, or a dynamic field's (declared ``model_key``: the optimizer's and the
+    scheduler's ``params``, whose model the sibling ``type`` picks). The optimizer also gets the checks of its type."""
+    if model in SPARSITY_MODES.values():
         mode = value.get("mode", "fixed") if isinstance(value, dict) else None
         if mode not in SPARSITY_MODES:
             problems.append(Problem(join_path(path, "mode"), f"unknown sparsity mode {mode!r}",
                                     did_you_mean(str(mode), SPARSITY_MODES)))
             return
-        check_model(value, model, path, target, problems)
-    else:
-        check_model(value, model, path, target, problems)
+    if model is OptimizerConfig:
+        params = value.get("params") if isinstance(value, dict) else None
+        if isinstance(params, dict) and MAX_GRAD_NORM in params:  # a rule of its own says what to do instead
+            value = {**value, "params": {k: v for k, v in params.items() if k != MAX_GRAD_NORM}}
+    check_model(value, model, path, target, problems)
+    if model is OptimizerConfig:
+        check_optimizer_type(value, path, target, problems)
 
 
 def check_optimizer_type(value: dict, path: str, target: str, problems: List[Problem]) -> None:

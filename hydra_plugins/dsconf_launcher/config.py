@@ -1,14 +1,14 @@
 """``hydra/launcher=dsconf``: the launcher's options, registered in Hydra's ConfigStore.
 
-Imported by Hydra's plugin discovery: no torch here.
+Imported by Hydra's plugin discovery, for every app: no torch here, and nothing but the launcher's own entry
+(under ``hydra/launcher``, where only an app that picks it sees it). dsconf's groups reach dsconf apps alone,
+through ``dsconf_searchpath``.
 """
 
 from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from dsconf import groups
-from dsconf.launch import command_line
 from dsconf.schema.dist import DistConfig
 
 
@@ -27,10 +27,3 @@ class DsconfLauncherConf:
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="dsconf", node=DsconfLauncherConf, provider="dsconf")
-
-# the dsconf config groups, so `python train.py zero=stage2 ...` composes without copying YAML
-groups.register()
-
-# Composition mistakes on a dsconf app's command line as dsconf's one-line problems (exit 2): Hydra imports this
-# module while discovering plugins, before it composes, for every app (dsconf.launch.command_line).
-command_line.install()

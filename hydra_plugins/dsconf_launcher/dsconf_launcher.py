@@ -31,6 +31,11 @@ class DsconfLauncher(Launcher):
         self.runner = SweepRunner(hydra_context=hydra_context, task_function=task_function, config=config,
                                   options=self.options)
 
+    def use_composed_jobs(self, composed: Any) -> None:
+        """Configs of this sweep's jobs, composed already by dsconf's sweep check (``dsconf.launch.sweep_check``)."""
+        assert self.runner is not None, "setup() was not called"
+        self.runner.composed_jobs = composed
+
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.runner is not None, "setup() was not called"
         return self.runner.launch(job_overrides, initial_job_idx)

@@ -2,7 +2,8 @@
 
 On CPU (DeepSpeed's CPU accelerator, gloo): one sweep per world size covers ZeRO stages 0-3 in fp32 and bf16,
 checking every job directory and the sweep summary; single runs cover the default command, resuming from a
-checkpoint, and the mistakes that must stop before any rank starts. On a GPU the same sweep runs in fp16.
+checkpoint, and the mistakes that must stop before any rank starts. Where DeepSpeed's accelerator trains fp16 (a
+GPU, or a CPU whose oneDNN has fp16) the same sweep runs in fp16: tests that depend on it ask the accelerator.
 Steps and the model are small: almost all of each job's time is starting DeepSpeed.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 import torch
+from accelerator_here import accelerator
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -229,8 +231,18 @@ def test_resume_from_checkpoint_continues_at_the_saved_step(tmp_path: Path, swee
     (["deepspeed.train_batch_size=33", "dist.nproc_per_node=2"], ["deepspeed.train_batch_size", "32"]),
 ], ids=["fp16", "amp", "amp-0.19.5", "typo", "batch"])
 def test_mistakes_stop_before_any_rank_starts(tmp_path: Path, args: List[str], words: List[str]) -> None:
-    if torch.cuda.is_available() and ("GPU" in words or "does not support fp16" in words):
-        pytest.skip("this machine has a GPU: these precisions are allowed here")
+    """fp16 and Apex AMP are mistakes only where the accelerator the ranks would use cannot run them: DeepSpeed's,
+    as this environment's DS_ACCELERATOR picks it, is asked (fp16 on a CPU depends on the CPU)."""
+    here = accelerator()
+    if "does not support fp16" in words and here.fp16:  # fp16 trains here: no mistake, the run trains
+        ok(run_example(*args, f"hydra.run.dir={tmp_path}", cwd=tmp_path))
+        check_job_dir(tmp_path, world_size=1, steps=30, zero="stage0", precision="fp16")
+        return
+    gpu_here = here.name == "cuda" and here.devices > 0
+    if "GPU" in words and gpu_here:  # a GPU is there: Apex itself is what is missing
+        if importlib.util.find_spec("apex") is not None:
+            pytest.skip("a CUDA GPU and apex: Apex AMP is allowed here")
+        words = [words[0], "apex"]
     proc = run_example(*args, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     text = output(proc)
     assert proc.returncode != 0, text
@@ -238,7 +250,7 @@ def test_mistakes_stop_before_any_rank_starts(tmp_path: Path, args: List[str], w
     for word in words:
         assert word in text, text
     if args[0] == "precision=amp" and len(args) == 1:
-        assert "GPU" in text or "removed in DeepSpeed" in text, text
+        assert ("apex" if gpu_here else "GPU") in text or "removed in DeepSpeed" in text, text
     assert not (tmp_path / "logs").exists(), "ranks were started"
     assert not (tmp_path / "metrics.json").exists()
 
@@ -313,20 +325,26 @@ def test_experiment_presets_compose_and_validate(preset: str, example_config_sto
 
 
 # ------------------------------------------------------------------------------------------------ GPU
+def fp16_ranks() -> int:
+    """Ranks for the fp16 runs: up to 2 of the accelerator's devices; a skip where it does not train fp16."""
+    here = accelerator()
+    if not here.fp16:
+        pytest.skip(f"DeepSpeed's {here.name} accelerator here does not train fp16")
+    return max(1, min(2, here.devices))
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (fp16 training)")
 def test_gpu_sweep_every_zero_stage_fp16(tmp_path: Path) -> None:
-    ranks = min(2, torch.cuda.device_count())
+    ranks = fp16_ranks()
     sweep_dir, proc = sweep(tmp_path, f"dist.nproc_per_node={ranks}", precisions=["fp16"])
     check_sweep(sweep_dir, proc, world_size=ranks, steps=SWEEP_STEPS, precisions=["fp16"])
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (fp16 training)")
 def test_gpu_resume_fp16(tmp_path: Path) -> None:
-    ranks = min(2, torch.cuda.device_count())
+    ranks = fp16_ranks()
     ckpt = tmp_path / "ckpt"
     common = ["zero=stage2", "precision=fp16", f"dist.nproc_per_node={ranks}", f"train.checkpoint_dir={ckpt}"]
     ok(run_example(*common, "train.steps=3", f"hydra.run.dir={tmp_path / 'first'}", cwd=tmp_path))

@@ -17,10 +17,11 @@ from typing import Any, Dict, List
 import pytest
 from omegaconf import OmegaConf
 
+from dsconf import hf_auto as hf
 from dsconf.composition import compose_config
 from dsconf.errors import ConfigError
 from dsconf.export import to_deepspeed
-from dsconf.integrations import hf
+from dsconf.schema.hf_sources import HF_SOURCES
 
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
 from accelerate.utils import DeepSpeedPlugin  # noqa: E402
@@ -200,6 +201,17 @@ def test_our_fill_table_names_real_training_arguments_fields():
     fields = set(hf.training_args_defaults())
     named: List[str] = [f for fill in hf.TRAINER_PROCESS for f in fill.fields]
     assert named and set(named) <= fields
+    assert {f for source in HF_SOURCES.values() for f in source.args} - {"fp16_opt_level"} <= fields  # amp: older HF
+
+
+def test_every_key_we_fill_is_one_hf_sources_names():
+    """HF_SOURCES is the one statement of what each key is filled from: every key filled here has its entry, and
+    every entry is filled here but Apex AMP's (which the installed Transformers no longer fills)."""
+    filled = ({fill.ds_key for fill in hf.TRAINER_PROCESS} | set(hf.ACCELERATE_PLUGIN_KEYS) | set(hf.HIDDEN_SIZE_KEYS)
+              | {"scheduler.params.total_num_steps", "scheduler.params.warmup_num_steps"})  # trainer_config_finalize
+    assert filled == set(HF_SOURCES) - {"amp.enabled", "amp.opt_level"}
+    assert set(hf.ACCELERATE_PLUGIN_DEFAULTS) == set(hf.ACCELERATE_PLUGIN_KEYS)
+    assert set(hf.hidden_size_values(HIDDEN)) == set(hf.HIDDEN_SIZE_KEYS)
 
 
 def test_keep_auto_and_hf_together_is_a_contradiction_not_a_choice():

@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 from launch_helpers import REPO, rank_facts, wait_for
 
-from dsconf.launch.core import STOP_GRACE_S
+from dsconf.launch.supervisor import AGENT_STOP_GRACE_S
 
 BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2"]
 STARTUP_S = 20.0  # python, torch and Hydra starting on a loaded 2-core machine
@@ -127,25 +127,25 @@ def test_held_rendezvous_port_ends_at_join_timeout(train_script: Path, tmp_path:
     """Finding 5: a port held by something that is not a store used to block for minutes without output."""
     proc = start(train_script, *BATCH, "dist.nproc_per_node=2", f"dist.rdzv_endpoint=127.0.0.1:{held_port}",
                  "dist.rdzv_conf.join_timeout=3", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    code, stderr, took = finish(proc, 3 + STOP_GRACE_S + STARTUP_S)
+    code, stderr, took = finish(proc, 3 + AGENT_STOP_GRACE_S + STARTUP_S)
     assert_one_line_end(stderr, code, 1, ["rendezvous at 127.0.0.1", "did not complete within 3 s"])
-    assert took < 3 + STOP_GRACE_S + STARTUP_S
+    assert took < 3 + AGENT_STOP_GRACE_S + STARTUP_S
     assert leftovers(str(tmp_path)) == []
 
 
 def test_held_rendezvous_port_ends_at_dist_timeout(train_script: Path, tmp_path: Path, held_port: int) -> None:
     proc = start(train_script, *BATCH, "dist.nproc_per_node=2", f"dist.rdzv_endpoint=127.0.0.1:{held_port}",
                  "dist.timeout=4", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    code, stderr, took = finish(proc, 4 + STOP_GRACE_S + STARTUP_S)
+    code, stderr, took = finish(proc, 4 + AGENT_STOP_GRACE_S + STARTUP_S)
     assert_one_line_end(stderr, code, 1, ["timed out after 4 s (dist.timeout)"])
-    assert took < 4 + STOP_GRACE_S + STARTUP_S
+    assert took < 4 + AGENT_STOP_GRACE_S + STARTUP_S
     assert leftovers(str(tmp_path)) == []
 
 
 def test_resetting_rendezvous_port_fails_in_one_line(train_script: Path, tmp_path: Path, resetting_port: int) -> None:
     proc = start(train_script, *BATCH, "dist.nproc_per_node=2", f"dist.rdzv_endpoint=127.0.0.1:{resetting_port}",
                  "dist.timeout=30", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    code, stderr, took = finish(proc, 30 + STOP_GRACE_S + STARTUP_S)
+    code, stderr, took = finish(proc, 30 + AGENT_STOP_GRACE_S + STARTUP_S)
     assert code == 1 and "Traceback" not in stderr, stderr[-3000:]
     assert stderr.rstrip().splitlines()[-1].startswith("dsconf: job failed: ")
     assert leftovers(str(tmp_path)) == []
@@ -157,9 +157,9 @@ def test_ctrl_c_during_rendezvous_exits_130(train_script: Path, tmp_path: Path, 
     wait_for(lambda: (tmp_path / "run" / "ds_config.json").exists(), timeout=STARTUP_S * 3, what="the launch")
     time.sleep(2)  # the agent is now blocked in its store client
     proc.send_signal(signal.SIGINT)
-    code, stderr, took = finish(proc, STOP_GRACE_S + 5)
+    code, stderr, took = finish(proc, AGENT_STOP_GRACE_S + 5)
     assert_one_line_end(stderr, code, 130, ["job stopped by SIGINT"])
-    assert took < STOP_GRACE_S + 5
+    assert took < AGENT_STOP_GRACE_S + 5
     assert leftovers(str(tmp_path)) == []
 
 
@@ -171,9 +171,9 @@ def test_ctrl_c_during_training_exits_130(train_script: Path, tmp_path: Path, st
     wait_for(lambda: len(list(out.glob("rank*.json"))) == 2, timeout=STARTUP_S * 4, what="both ranks training")
     pids = [f["pid"] for f in rank_facts(out)]
     proc.send_signal(signal.SIGINT)
-    code, stderr, took = finish(proc, STOP_GRACE_S)
+    code, stderr, took = finish(proc, AGENT_STOP_GRACE_S)
     assert_one_line_end(stderr, code, 130, ["job stopped by SIGINT"])
-    assert took < STOP_GRACE_S  # ranks end at once on the agent's SIGTERM
+    assert took < AGENT_STOP_GRACE_S  # ranks end at once on the agent's SIGTERM
     assert not [p for p in pids if Path(f"/proc/{p}").exists()] and leftovers(str(tmp_path)) == []
 
 
@@ -228,15 +228,15 @@ TORCH_STOP_GRACE_S = 30  # how long torch's agent waits after its SIGTERM before
 
 
 def test_rank_that_ignores_sigterm_is_killed_after_the_stop_grace(tmp_path: Path) -> None:
-    """The launcher kills the job's process group STOP_GRACE_S after asking, not torch's 30 s later."""
+    """The launcher kills the job's process group AGENT_STOP_GRACE_S after asking, not torch's 30 s later."""
     script = tmp_path / "stubborn.py"
     script.write_text(IGNORES_SIGTERM)
     proc = start(script, *BATCH, "dist.nproc_per_node=2", "dist.timeout=8", f"hydra.run.dir={tmp_path / 'run'}",
                  cwd=tmp_path)
     wait_for(lambda: len(list(tmp_path.glob("started*"))) == 2, timeout=STARTUP_S * 4, what="both ranks")
-    code, stderr, took = finish(proc, 8 + STOP_GRACE_S)
+    code, stderr, took = finish(proc, 8 + AGENT_STOP_GRACE_S)
     assert_one_line_end(stderr, code, 1, ["timed out after 8 s (dist.timeout)"])
-    assert took < 8 + STOP_GRACE_S + 10 < 8 + TORCH_STOP_GRACE_S, took  # from the ranks start: under 8 s to go
+    assert took < 8 + AGENT_STOP_GRACE_S + 10 < 8 + TORCH_STOP_GRACE_S, took  # from the ranks start: under 8 s to go
     assert leftovers(str(tmp_path)) == []
 
 

@@ -15,7 +15,9 @@ from omegaconf import OmegaConf
 
 from dsconf.errors import ConfigError
 from dsconf.launch import context
-from dsconf.launch.core import JobFailed, JobTimeout, launch, plan_job
+from dsconf.launch.core import launch
+from dsconf.launch.failures import JobFailed, JobTimeout
+from dsconf.launch.plan import plan_job
 
 pytestmark = pytest.mark.usefixtures("hydra_restore_singletons")  # resolvers, version_base set by compose
 
@@ -144,6 +146,45 @@ def test_plan_job_mirrors_torchrun() -> None:
         plan_job({"nnodes": "two"})
 
 
+DIST_PROBLEMS = [  # (dist, the one problem): DistConfig's field metadata, checked as the hf node is
+    ({"start_method": "thread"},
+     "dist.start_method: 'thread' is not allowed (allowed: 'auto', 'spawn', 'fork', 'forkserver')"),
+    ({"rdzv_backend": "zmq"}, "dist.rdzv_backend: 'zmq' is not allowed (allowed: 'c10d', 'static', 'etcd', 'etcd-v2')"),
+    ({"timeout": 0}, "dist.timeout: 0 is out of range (must be > 0)"),
+    ({"timeout": "soon"}, "dist.timeout: expected a number, got 'soon'"),
+    ({"init_timeout": 0}, "dist.init_timeout: 0 is out of range (must be > 0)"),
+    ({"init_timeout": None}, "dist.init_timeout: must not be null (expected a number)"),
+    ({"monitor_interval": 0}, "dist.monitor_interval: 0 is out of range (must be > 0)"),
+    ({"node_rank": -1}, "dist.node_rank: -1 is out of range (must be >= 0)"),
+    ({"max_restarts": -1}, "dist.max_restarts: -1 is out of range (must be >= 0)"),
+    ({"nproc_per_nod": 2}, "dist.nproc_per_nod: unknown key (did you mean 'nproc_per_node'?)"),
+    ({"timeout": "auto"}, "dist.timeout: 'auto' is not allowed (Seconds before a job is stopped, rendezvous included; "
+                          "null = no limit)"),
+]
+
+
+@pytest.mark.parametrize("dist, problem", DIST_PROBLEMS, ids=[str(d) for d, _ in DIST_PROBLEMS])
+def test_dist_is_checked_against_distconfig(dist, problem) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan_job(dist)
+    assert [str(p) for p in info.value.problems] == [problem]
+    assert "\n" not in str(info.value)
+
+
+def test_auto_is_read_by_the_keys_that_give_it_a_meaning() -> None:
+    assert plan_job({"nproc_per_node": "auto", "start_method": "auto"}).nproc_per_node >= 1
+
+
+def test_unset_dist_keys_take_distconfig_defaults() -> None:
+    from dataclasses import asdict
+
+    from dsconf.schema.dist import DistConfig
+
+    defaults, plan = asdict(DistConfig()), plan_job({})
+    assert (plan.init_timeout, plan.monitor_interval, plan.max_restarts, plan.timeout) == (
+        defaults["init_timeout"], defaults["monitor_interval"], defaults["max_restarts"], defaults["timeout"])
+
+
 def test_multi_node_rendezvous_id_is_fresh_per_launch() -> None:
     """Finding 9: every launch reused the id "dsconf"; an etcd rendezvous outlives its job, so the next run failed."""
     dist = {"nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": "node0:29400"}
@@ -159,7 +200,7 @@ def test_multi_node_rendezvous_id_is_fresh_per_launch() -> None:
 
 def test_rdzv_conf_reaches_torch_as_torchrun_passes_it(tmp_path: Path) -> None:
     """Finding 9: torchrun's --rdzv-conf knobs could not be passed."""
-    from dsconf.launch.core import launch_config
+    from dsconf.launch.supervisor import launch_config
 
     plan = plan_job({"nproc_per_node": 2, "nnodes": "1:2", "rdzv_endpoint": "node0:29400",
                      "rdzv_conf": {"join_timeout": 60, "is_host": False, "read_timeout": 5}}, environ={})

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from accelerator_here import accelerator
 from launch_helpers import rank_facts
 
 SIM = Path(__file__).parent / "gpu_sim"
@@ -110,9 +111,7 @@ def test_the_simulation_catches_a_launcher_that_initialises_cuda(tmp_path: Path)
 def test_fp16_follows_deepspeeds_accelerator_not_cuda_visibility(tmp_path: Path) -> None:
     """Finding 7: with DS_ACCELERATOR=cpu on a GPU host, ranks would run on DeepSpeed's CPU accelerator: fp16 is
     refused before launch (it used to pass, then fail on every rank)."""
-    import importlib
-
-    fp16_on_cpu = bool(importlib.import_module("deepspeed.accelerator").get_accelerator().is_fp16_supported())
+    fp16_on_cpu = accelerator("cpu").fp16  # DeepSpeed's CPU accelerator's answer, as the launcher gets it
     proc, events, out = run_sim(tmp_path, "precision=fp16", "dist.nproc_per_node=2", env={"DS_ACCELERATOR": "cpu"})
     if fp16_on_cpu:  # this CPU's DeepSpeed accelerator does fp16: nothing to refuse
         assert proc.returncode == 0, proc.stderr[-3000:]

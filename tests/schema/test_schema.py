@@ -121,6 +121,21 @@ def test_top_level_defaults_match_deepspeed_constants():
     assert ds.gradient_allreduce_op == c.GRADIENT_ALLREDUCE_OP_DEFAULT
 
 
+def test_the_deepspeed_node_and_the_dynamic_fields_are_declared_once():
+    """DEEPSPEED_NODE names DsconfConfig's DeepSpeed field; optimizer/scheduler ``params`` declare (model_key/models)
+    that their sibling ``type`` picks their model, and every reader finds exactly those."""
+    from dsconf.schema.introspect import dynamic_model, model_keys
+    from dsconf.schema.root import DEEPSPEED_NODE
+    from dsconf.schema.scheduler import WarmupLRParams
+
+    assert fields_of(DsconfConfig)[DEEPSPEED_NODE][0] is DeepSpeedConfig
+    assert model_keys() == {"optimizer": "type", "scheduler": "type"}
+    assert dynamic_model(SchedulerConfig, "params", {"type": "WarmupLR"}) is WarmupLRParams
+    assert dynamic_model(OptimizerConfig, "params", {"type": "SGD"}) is TORCH_OPTIMIZER_PARAMS["SGD"]
+    assert dynamic_model(OptimizerConfig, "params", {"type": "adamw"}) is DEEPSPEED_OPTIMIZERS["adamw"].params
+    assert dynamic_model(OptimizerConfig, "params", {"type": "RMSprop"}) is None  # free-form: torch's signature
+
+
 def test_activation_checkpointing_defaults_match_deepspeed():
     from deepspeed.runtime.activation_checkpointing.config import ACT_CHKPT_DEFAULT
 
