@@ -251,6 +251,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, tuple]:
     return {"probe": (without[0], with_[0]), **{name: pair for name, pair in zip(CASES, zip(without[1:], with_[1:]))}}
 
 
+@pytest.mark.slow  # the outputs fixture: every app run twice
 def test_the_two_environments_differ_only_in_dsconf(outputs) -> None:
     without, with_ = outputs["probe"]
     assert "True True" in with_
@@ -259,6 +260,7 @@ def test_the_two_environments_differ_only_in_dsconf(outputs) -> None:
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "--hydra-help" not in c and "no config dir" not in c])
+@pytest.mark.slow
 def test_a_hydra_app_that_does_not_use_dsconf_runs_byte_identical_with_it_installed(outputs, case):
     without, with_ = outputs[case]
     assert with_ == without
@@ -267,6 +269,7 @@ def test_a_hydra_app_that_does_not_use_dsconf_runs_byte_identical_with_it_instal
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if "no config dir" in c])
+@pytest.mark.slow
 def test_the_compose_api_without_a_config_dir_differs_only_in_the_search_path_it_prints(outputs, case):
     """Hydra's compose API without a config dir names its primary config only when it composes, so dsconf's
     source is on its search path in case that is ``dsconf``; it serves nothing else, and shows only there."""
@@ -275,6 +278,7 @@ def test_the_compose_api_without_a_config_dir_differs_only_in_the_search_path_it
     assert "Cannot find primary config 'config'" in without
 
 
+@pytest.mark.slow
 def test_hydra_help_differs_only_by_the_dsconf_launcher_option(outputs):
     without, with_ = outputs["yaml_app: --hydra-help"]
     changed = [(a, b) for a, b in zip(without.splitlines(), with_.splitlines()) if a != b]

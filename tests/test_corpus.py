@@ -120,6 +120,7 @@ def test_validate_agrees_with_deepspeed(path, verdicts):
 
 
 @pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
+@pytest.mark.slow  # DeepSpeed 0.19.5's interpreter
 def test_validate_agrees_with_deepspeed_0195_on_the_seed_shapes():
     """Targeting 0.19.5, the features 0.19.8 removed (amp, sparse attention, ...) are valid again, as for it."""
     paths = [p for p in FILES if p.name.startswith(("seed_", "broken_removed", "dse_"))]

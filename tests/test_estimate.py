@@ -157,6 +157,7 @@ def dsconf(*args: str, accelerator: Optional[str] = "cpu") -> subprocess.Complet
                           cwd=Path(__file__).parent)
 
 
+@pytest.mark.slow  # dsconf estimate imports DeepSpeed
 def test_table_with_fit_column_and_composed_config():
     proc = dsconf("--params", "7b", "--gpus-per-node", "8", "--nodes", "2", "--gpu-memory", "3",
                   "zero=stage3_offload_optimizer", "precision=bf16")
@@ -180,6 +181,7 @@ def test_table_with_fit_column_and_composed_config():
     assert lines[-1] == "fits in 3 GiB per GPU: " + ", ".join(f"zero={o}" for o in fitting)
 
 
+@pytest.mark.slow  # dsconf estimate imports DeepSpeed
 def test_json_rows():
     # No DS_ACCELERATOR: DeepSpeed logs its accelerator detection to stdout on import, which must stay JSON.
     proc = dsconf("--params", "1.3e9", "--largest-layer-params", "50m", "--gpus-per-node", "4", "--json",

@@ -29,6 +29,7 @@ SIGNATURES = {
 
 def test_every_patch_has_its_expected_signature() -> None:
     assert set(SIGNATURES) == set(hydra_private.PATCHES) == set(WRAPPERS)
+    hydra_private.restore()  # Hydra's own methods (an earlier dsconf app in this process may have wrapped them)
     for patch, params in SIGNATURES.items():
         raw = patch.owner_class().__dict__.get(patch.name)
         assert raw is not None, f"{patch.module}.{patch.owner}.{patch.name} is gone"
@@ -39,8 +40,8 @@ def test_every_patch_has_its_expected_signature() -> None:
 
 
 def test_apply_wraps_and_restore_puts_back_hydras_own_methods() -> None:
+    hydra_private.restore()  # an earlier dsconf app in this process may have wrapped them
     before = {p: p.owner_class().__dict__[p.name] for p in hydra_private.PATCHES}
-    hydra_private.restore()
     hydra_private.apply(WRAPPERS)
     try:
         assert set(hydra_private.applied()) == set(hydra_private.PATCHES)

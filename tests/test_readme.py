@@ -168,6 +168,23 @@ QUICK = [c for c in COMMANDS if slow_reason(c) is None]
 SLOW = [c for c in COMMANDS if slow_reason(c) is not None]
 
 
+def starts_torch(command: Command) -> bool:
+    """A run of a ``python`` script (the examples import torch and DeepSpeed before they compose) or of ``dsconf
+    estimate`` (DeepSpeed's estimator): seconds each, so its test is marked slow; the other dsconf commands are not."""
+    tokens, _ = _tokens(command)
+    return Path(tokens[0]).name == "python" or tokens[1:2] == ["estimate"]
+
+
+def composes_an_example(command: Command) -> bool:
+    """A training command of the examples: its test composes it (``--cfg job``), which starts the example."""
+    tokens, _ = _tokens(command)
+    return Path(tokens[0]).name == "python" and tokens[1].startswith("examples/") and slow_reason(command) == "trains"
+
+
+def slow_where(commands: List[Command], heavy) -> list:
+    return [pytest.param(c, marks=pytest.mark.slow) if heavy(c) else c for c in commands]
+
+
 def _id(command: Command) -> str:
     return f"L{command.line}: {command.text}"
 
@@ -235,7 +252,7 @@ def test_the_readme_shows_its_commands():
     assert SLOW, "the README's training commands are no longer found"
 
 
-@pytest.mark.parametrize("command", SLOW, ids=_id)
+@pytest.mark.parametrize("command", slow_where(SLOW, composes_an_example), ids=_id)
 def test_slow_command_is_left_to_the_example_and_launch_tests(command, tmp_path):
     tokens, _ = _tokens(command)
     program = Path(tokens[0]).name
@@ -247,7 +264,7 @@ def test_slow_command_is_left_to_the_example_and_launch_tests(command, tmp_path)
         assert script == "train.py" or (script.startswith("examples/") and (REPO / script).is_file()), command.text
         assert slow_reason(command) in ("trains", "a training sweep", "needs several nodes",
                                         "submits to a SLURM cluster")
-        if script.startswith("examples/") and slow_reason(command) == "trains":
+        if composes_an_example(command):
             proc = _run([sys.executable, *tokens[1:], "--cfg", "job"], _workspace(tmp_path))
             assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr  # it composes
 
@@ -259,7 +276,7 @@ def _run(argv: List[str], cwd: Path, timeout: float = 120) -> subprocess.Complet
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("command", QUICK, ids=_id)
+@pytest.mark.parametrize("command", slow_where(QUICK, starts_torch), ids=_id)
 def test_quick_command_runs_as_written(command, tmp_path):
     cwd = _workspace(tmp_path)
     tokens, pipeline = _tokens(command)

@@ -134,6 +134,7 @@ def new_only_cases() -> Dict[str, Dict[str, Any]]:
 
 
 @pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
+@pytest.mark.slow  # DeepSpeed 0.19.5's interpreter
 def test_deepspeed_0195_parses_0195_exports_and_refuses_new_keys():
     old, new = old_cases(), new_only_cases()
     out = parse_with_other_deepspeed(ds0195_python(), [{"config": c, "world_size": WORLD_SIZE}

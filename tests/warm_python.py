@@ -2,14 +2,14 @@
 
 Most of a short run of a dsconf script (one that stops at a config mistake) is its interpreter importing torch: about
 2 of its 3 s on a 2-core machine. A server, started on first use and kept for the test session (one per pytest-xdist
-worker), imports torch once; for each run it forks a child that does what a fresh ``python SCRIPT ARGS`` does after
-start-up: the run's working directory, environment and argv, ``sys.path`` as that interpreter would build it (the
-script's folder, then PYTHONPATH, then the interpreter's own entries), the script run as ``__main__``, atexit
-handlers at the end, and the exit status Python would give (a traceback and 1 for an uncaught exception). Only torch
-(and what torch imports) is imported before the script: dsconf, Hydra and the rest are imported by the script itself,
-as in a fresh process.
+worker), imports torch, Hydra and OmegaConf once; for each run it forks a child that does what a fresh ``python
+SCRIPT ARGS`` does after start-up: the run's working directory, environment and argv, ``sys.path`` as that
+interpreter would build it (the script's folder, then PYTHONPATH, then the interpreter's own entries), the script run
+as ``__main__``, atexit handlers at the end, and the exit status Python would give (a traceback and 1 for an uncaught
+exception). Only those three (and what they import) are imported before the script: dsconf, its plugins and the rest
+are imported by the script itself, as in a fresh process.
 
-For runs that stop before anything is launched; runs that start ranks or sweeps stay plain subprocesses.
+For runs that start no rank and no job; runs that start ranks or sweeps stay plain subprocesses.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from typing import Any, Dict, List, Optional
 SERVER = r'''
 import atexit, json, os, runpy, sys, tempfile, traceback
 
-import torch  # noqa: F401  the import every run shares
+import hydra  # noqa: F401  the imports every run shares
+import omegaconf  # noqa: F401
+import torch  # noqa: F401
 
 BASE_PATH = sys.path[1:]  # started as `python -c` without PYTHONPATH: the interpreter's own entries
 

@@ -70,6 +70,7 @@ def test_the_example_trains_and_prints_its_loss(tmp_path):
     assert float(found.group(2)) < float(found.group(1))
 
 
+@pytest.mark.slow  # imports transformers
 def test_a_value_that_disagrees_with_training_args_stops_before_any_rank(tmp_path):
     proc = run_example("deepspeed.optimizer.params.lr=0.01", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path,
                        script=EXAMPLES / "hf_trainer.py")

@@ -82,6 +82,7 @@ def write_app(tmp_path, source: str):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason=f"Lightning: '{LIGHTNING_REFUSES_CPU} but `CPUAccelerator` "
                     "is used.'")
 @pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.slow  # trains
 def test_lightning_runs_the_dict_dsconf_exported(ranks, tmp_path):
     if torch.cuda.device_count() < ranks:
         pytest.skip(f"needs {ranks} GPUs")
@@ -97,6 +98,7 @@ def test_lightning_runs_the_dict_dsconf_exported(ranks, tmp_path):
     assert sum(losses[-5:]) < 0.8 * sum(losses[:5]), losses
 
 
+@pytest.mark.slow  # runs the example
 def test_lightning_still_refuses_deepspeed_on_cpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA host: the real runs above cover it")

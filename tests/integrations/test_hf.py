@@ -98,6 +98,7 @@ def without_steps_per_print(ds: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.slow  # about 1,000 TrainingArguments each
 def test_auto_is_filled_as_hf_fills_it_over_a_grid(stage):
     base = compose(*AUTO_TEMPLATE, f"zero=stage{stage}")
     checked = 0

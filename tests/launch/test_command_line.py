@@ -1,6 +1,8 @@
 """The training script's own command line: composition and config mistakes are dsconf's one-line problems, exit 2,
 in a single run and in a ``-m`` sweep (before any job starts); ``--help`` lists each option with its line;
-shell completion reaches keys of sections that are still null. Through real scripts, as subprocesses."""
+shell completion reaches keys of sections that are still null. Through real scripts, as subprocesses; the runs that
+launch nothing (the refusals, ``--help``, a plain Hydra app's task) as forked children of one warm interpreter, which
+spare each run torch's import (tests/warm_python.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
+import warm_python
 from validation.test_bad_inputs import ROWS, WORLD_SIZE
 
 from dsconf.groups import GROUP_HELP, group_options, option_help
@@ -61,10 +64,14 @@ def make_app(tmp_path: Path, source: str = DSCONF_APP, job_yaml: str = JOB_YAML)
     return script
 
 
-def run(script: Path, *args: str, env: dict = ENV) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(script), *args, f"hydra.run.dir={script.parent / 'run'}",
-                           f"hydra.sweep.dir={script.parent / 'sweep'}"], capture_output=True, text=True,
-                          cwd=script.parent, env=env, timeout=180)
+def run(script: Path, *args: str, env: dict = ENV, warm: bool = False) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` in the script's folder; ``warm``: a run that starts no rank and no job, from the warm
+    interpreter (the same argv, working dir and environment)."""
+    argv = [str(script), *args, f"hydra.run.dir={script.parent / 'run'}", f"hydra.sweep.dir={script.parent / 'sweep'}"]
+    if warm:
+        return warm_python.run(argv, cwd=str(script.parent), env=env, timeout=180)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=script.parent, env=env,
+                          timeout=180)
 
 
 def assert_dsconf_problem(proc: subprocess.CompletedProcess, path: str, expected: Sequence[str]) -> None:
@@ -96,13 +103,13 @@ def test_the_table_holds_thirty_override_rows():
 @pytest.mark.slow
 @pytest.mark.parametrize("inputs, path, expected", OVERRIDE_ROWS)
 def test_bad_override_single_run(inputs, path, expected, tmp_path):
-    assert_dsconf_problem(run(make_app(tmp_path), *world(inputs)), path or "", expected)
+    assert_dsconf_problem(run(make_app(tmp_path), *world(inputs), warm=True), path or "", expected)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("inputs, path, expected", OVERRIDE_ROWS)
 def test_bad_override_in_a_sweep_stops_before_any_job(inputs, path, expected, tmp_path):
-    proc = run(make_app(tmp_path), "-m", "train.steps=1,2", *world(inputs))
+    proc = run(make_app(tmp_path), "-m", "train.steps=1,2", *world(inputs), warm=True)
     assert_dsconf_problem(proc, path or "", expected)
     assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").glob("*/.hydra"))
 
@@ -111,16 +118,17 @@ def test_bad_override_in_a_sweep_stops_before_any_job(inputs, path, expected, tm
 @pytest.mark.parametrize("mode", ["run", "sweep"])
 def test_bad_primary_yaml(inputs, path, expected, mode, tmp_path):
     script = make_app(tmp_path, job_yaml=inputs + "train:\n  steps: 1\n")
-    proc = run(script, *(["-m", "train.steps=1,2"] if mode == "sweep" else []), *world([]))
+    proc = run(script, *(["-m", "train.steps=1,2"] if mode == "sweep" else []), *world([]), warm=True)
     assert_dsconf_problem(proc, path or "", [e for e in expected if e != "job.yaml"])
 
 
 def test_a_sweep_names_each_bad_job_and_runs_none(tmp_path):
-    proc = run(make_app(tmp_path), "-m", "zero=stage2,stage5", "deepspeed.train_micro_batch_size_per_gpu=2")
+    proc = run(make_app(tmp_path), "-m", "zero=stage2,stage5", "deepspeed.train_micro_batch_size_per_gpu=2", warm=True)
     assert_dsconf_problem(proc, "zero", ["job #1 (zero=stage5", "unknown option 'stage5'", "did you mean"])
     assert "job #0" not in proc.stderr
 
 
+@pytest.mark.slow  # sweeps
 def test_a_valid_sweep_still_runs_every_job(tmp_path):
     proc = run(make_app(tmp_path), "-m", "train.steps=1,2", "deepspeed.train_micro_batch_size_per_gpu=2")
     assert proc.returncode == 0, proc.stderr
@@ -152,6 +160,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("launcher, compositions", [("dsconf", 2), ("basic", 4)])
+@pytest.mark.slow  # sweeps
 def test_a_checked_sweep_composes_each_job_once_more_only_for_hydras_launcher(launcher, compositions, tmp_path):
     # checked jobs are not composed again by Hydra's batch check; dsconf's launcher takes the checked configs
     proc = run(make_app(tmp_path, COUNTING_APP), "-m", f"hydra/launcher={launcher}", "train.steps=1,2",
@@ -161,6 +170,7 @@ def test_a_checked_sweep_composes_each_job_once_more_only_for_hydras_launcher(la
     assert f"COMPOSED {compositions}\n" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow  # starts a rank
 def test_a_tasks_own_error_is_not_reported_as_a_config_mistake(tmp_path):
     proc = run(make_app(tmp_path), "+train.fail=true", "deepspeed.train_micro_batch_size_per_gpu=2")
     assert proc.returncode == 1 and "TASK RAN" in proc.stdout
@@ -176,18 +186,18 @@ def test_a_tasks_own_error_is_not_reported_as_a_config_mistake(tmp_path):
     (["deepspeed.fp16.enabled=tru=e"], "overrides", ["deepspeed.fp16.enabled=tru=e"]),
 ])
 def test_plain_hydra_app_whose_config_lists_dsconf(args, path, expected, tmp_path):
-    assert_dsconf_problem(run(make_app(tmp_path, PLAIN_HYDRA_APP), *args), path, expected)
+    assert_dsconf_problem(run(make_app(tmp_path, PLAIN_HYDRA_APP), *args, warm=True), path, expected)
 
 
 def test_plain_hydra_app_task_errors_keep_hydras_report(tmp_path):
-    proc = run(make_app(tmp_path, PLAIN_HYDRA_APP), "+train.fail=true")
+    proc = run(make_app(tmp_path, PLAIN_HYDRA_APP), "+train.fail=true", warm=True)  # the task runs in the process
     assert proc.returncode == 1 and "TASK RAN" in proc.stdout
     assert "no_such_key" in proc.stderr and "dsconf:" not in proc.stderr
 
 
 def test_apps_without_dsconf_keep_hydras_messages(tmp_path):
     script = make_app(tmp_path, PLAIN_HYDRA_APP.replace("import dsconf", ""), job_yaml="train:\n  steps: 1\n")
-    proc = run(script, "train.stepz=2")
+    proc = run(script, "train.stepz=2", warm=True)
     assert proc.returncode == 1 and "dsconf:" not in proc.stderr
     assert "Could not override 'train.stepz'" in proc.stderr
 
@@ -198,7 +208,7 @@ def test_hydra_full_error_keeps_the_traceback(tmp_path):
 
 
 def test_help_lists_every_option_with_its_line(tmp_path):
-    proc = run(make_app(tmp_path), "--help", "zero=stage2")
+    proc = run(make_app(tmp_path), "--help", "zero=stage2", warm=True)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     for group, options in group_options().items():
@@ -221,6 +231,7 @@ def complete(script: Path, line: str) -> List[str]:
     return proc.stdout.split()
 
 
+@pytest.mark.slow  # seven runs
 def test_completion_of_groups_options_and_keys(tmp_path):
     from dsconf.schema.introspect import fields_of, model_at
 

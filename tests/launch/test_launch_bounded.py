@@ -24,6 +24,8 @@ from launch_helpers import REPO, rank_facts, wait_for
 
 from dsconf.launch.supervisor import AGENT_STOP_GRACE_S
 
+pytestmark = pytest.mark.slow  # each run waits on one of the bounds: 5 to 35 s
+
 BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2"]
 STARTUP_S = 20.0  # python, torch and Hydra starting on a loaded 2-core machine
 

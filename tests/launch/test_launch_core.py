@@ -94,6 +94,7 @@ def test_failed_rank_fails_the_job_with_its_error(tmp_path: Path) -> None:
     assert "boom from rank 1" in (tmp_path / "logs" / "rank1.stderr.log").read_text()
 
 
+@pytest.mark.slow  # waits on the timeout
 def test_hung_rank_is_ended_by_the_timeout(tmp_path: Path) -> None:
     cfg = OmegaConf.create({"out": str(tmp_path)})
     start = time.monotonic()
@@ -105,6 +106,7 @@ def test_hung_rank_is_ended_by_the_timeout(tmp_path: Path) -> None:
     assert alive(pids) == []
 
 
+@pytest.mark.slow  # two jobs in subprocesses
 def test_concurrent_single_node_jobs_do_not_collide(tmp_path: Path) -> None:
     """Two launches at once on this host, each 2 ranks: each gets its own free port and its own world."""
     script = write_script(tmp_path, "job.py", f"""

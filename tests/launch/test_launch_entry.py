@@ -20,6 +20,7 @@ BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2", "deepspeed.gradient_accum
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.slow  # starts ranks
 def test_single_run_on_n_ranks(train_script: Path, tmp_path: Path, nproc: int) -> None:
     out = tmp_path / "run"
     proc = run_script(train_script, f"dist.nproc_per_node={nproc}", *BATCH, f"hydra.run.dir={out}")
@@ -43,6 +44,7 @@ def test_single_run_on_n_ranks(train_script: Path, tmp_path: Path, nproc: int) -
     assert f"[rank{nproc - 1}]:" in proc.stdout + proc.stderr  # ranks' output echoed with their rank
 
 
+@pytest.mark.slow  # starts ranks
 def test_data_parallel_size_divides_out_model_parallel(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = run_script(train_script, "dist.nproc_per_node=2", "dist.tensor_parallel_size=2", *BATCH,
@@ -61,6 +63,7 @@ def test_config_error_is_short_and_launches_nothing(train_script: Path, tmp_path
     assert not (out / "logs").exists() and not (out / "ds_config.json").exists()
 
 
+@pytest.mark.slow  # starts ranks
 def test_failed_rank_exits_nonzero_with_its_error(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = run_script(train_script, "dist.nproc_per_node=2", *BATCH, "+test.fail_rank=1", f"hydra.run.dir={out}")
@@ -69,6 +72,7 @@ def test_failed_rank_exits_nonzero_with_its_error(train_script: Path, tmp_path: 
     assert "boom from rank 1" in (out / "logs" / "rank1.stderr.log").read_text()
 
 
+@pytest.mark.slow  # starts ranks
 def test_same_script_runs_in_place_under_torchrun(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
@@ -84,6 +88,7 @@ def test_same_script_runs_in_place_under_torchrun(train_script: Path, tmp_path: 
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
+@pytest.mark.slow  # starts ranks
 def test_ctrl_c_leaves_no_process_behind(train_script: Path, tmp_path: Path, start_method: str) -> None:
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(train_script), "dist.nproc_per_node=2", *BATCH,
@@ -104,6 +109,7 @@ def test_ctrl_c_leaves_no_process_behind(train_script: Path, tmp_path: Path, sta
     wait_for(lambda: alive(family) == [], timeout=10, what=f"{alive(family)} to exit")
 
 
+@pytest.mark.slow  # starts ranks
 def test_two_nodes_on_localhost_form_one_world_of_4(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "facts"
     port = free_port()

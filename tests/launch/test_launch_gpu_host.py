@@ -81,6 +81,7 @@ def launcher_inits(events: list) -> list:
 @pytest.mark.parametrize("args", [["dist.nproc_per_node=2"], ["dist.nproc_per_node=auto"],
                                   ["dist.nproc_per_node=2", "precision=fp16"]],
                          ids=["default", "nproc-auto", "fp16-asks-deepspeeds-accelerator"])
+@pytest.mark.slow  # starts ranks
 def test_fork_on_a_gpu_host_binds_every_rank_without_poisoning(tmp_path: Path, args: list) -> None:
     """Finding 4: with start_method=fork the launcher must not initialise CUDA (counting GPUs for nproc auto, and
     asking DeepSpeed's auto-detected accelerator whether fp16 works, included); every rank binds its own GPU."""
@@ -108,6 +109,7 @@ def test_the_simulation_catches_a_launcher_that_initialises_cuda(tmp_path: Path)
     assert kinds == ["cuda_init", "fork_poisoned"]
 
 
+@pytest.mark.slow  # starts ranks
 def test_fp16_follows_deepspeeds_accelerator_not_cuda_visibility(tmp_path: Path) -> None:
     """Finding 7: with DS_ACCELERATOR=cpu on a GPU host, ranks would run on DeepSpeed's CPU accelerator: fp16 is
     refused before launch (it used to pass, then fail on every rank)."""
@@ -121,6 +123,7 @@ def test_fp16_follows_deepspeeds_accelerator_not_cuda_visibility(tmp_path: Path)
     assert "Traceback" not in proc.stderr and not list(out.glob("rank*.json"))
 
 
+@pytest.mark.slow  # sweeps
 def test_parallel_sweep_packs_jobs_on_disjoint_devices(tmp_path: Path) -> None:
     """Two 2-rank jobs at once on a 4-GPU host: each job's ranks bind GPUs of its own subset."""
     script = tmp_path / "sim_train.py"

@@ -65,6 +65,7 @@ BINDINGS = {
     ("unbound", False, False), ("physical-ids", False, True), ("gpus-per-task", False, False),
     ("gpus-per-task", True, False)], ids=["unbound", "physical-ids+sbatch-master", "gpus-per-task",
                                           "gpus-per-task+submitit"])
+@pytest.mark.slow  # starts ranks
 def test_two_nodes_of_four_tasks_each_rank_on_its_own_gpu(tmp_path: Path, binding: str, submitit: bool,
                                                            batch_master: bool) -> None:
     """Findings 1 and 2: plain srun (or submitit's sbatch), several tasks per node, every binding mode."""
@@ -117,6 +118,7 @@ def test_two_nodes_of_four_tasks_each_rank_on_its_own_gpu(tmp_path: Path, bindin
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_submitit_launcher"),
                     reason="hydra-submitit-launcher is not installed (pip install dsconf[slurm])")
+@pytest.mark.slow  # starts ranks
 def test_hydra_submitit_launcher_runs_each_task_as_a_rank(train_script: Path, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run([sys.executable, str(train_script), "-m", "hydra/launcher=submitit_local",

@@ -22,6 +22,7 @@ def sweep(train_script: Path, sweep_dir: Path, *overrides: str, timeout: float =
                       f"hydra.sweep.dir={sweep_dir}", timeout=timeout, env=env)
 
 
+@pytest.mark.slow  # sweeps
 def test_sweep_runs_each_job_on_its_own_world_and_reports_the_failed_one(train_script: Path, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = sweep(train_script, sweep_dir, "dist.nproc_per_node=1,2", "+test.which=a,b", "+test.fail_rank=1",
@@ -51,6 +52,7 @@ def test_sweep_runs_each_job_on_its_own_world_and_reports_the_failed_one(train_s
     assert "boom from rank 1" in (sweep_dir / "3" / "logs" / "rank1.stderr.log").read_text()
 
 
+@pytest.mark.slow  # sweeps
 def test_parallel_jobs_overlap_each_on_its_own_devices(train_script: Path, tmp_path: Path) -> None:
     """4 devices (named by CUDA_VISIBLE_DEVICES; torch's CPU build ignores it), 2-rank jobs, 2 at a time."""
     sweep_dir = tmp_path / "sweep"
@@ -69,6 +71,7 @@ def test_parallel_jobs_overlap_each_on_its_own_devices(train_script: Path, tmp_p
         assert devices[first] != devices[second]
 
 
+@pytest.mark.slow  # sweeps
 def test_fail_fast_skips_the_rest(train_script: Path, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = sweep(train_script, sweep_dir, "hydra.launcher.fail_fast=true", "dist.nproc_per_node=1",
@@ -79,6 +82,7 @@ def test_fail_fast_skips_the_rest(train_script: Path, tmp_path: Path) -> None:
     assert not (sweep_dir / "1").exists()
 
 
+@pytest.mark.slow  # sweeps
 def test_hung_job_is_ended_by_its_timeout_and_the_sweep_goes_on(train_script: Path, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = sweep(train_script, sweep_dir, "dist.nproc_per_node=2", "+test.which=a,b", "+test.sleep=300",
@@ -90,6 +94,7 @@ def test_hung_job_is_ended_by_its_timeout_and_the_sweep_goes_on(train_script: Pa
     assert alive([f["pid"] for f in rank_facts(sweep_dir / "0") + rank_facts(sweep_dir / "1")]) == []
 
 
+@pytest.mark.slow  # sweeps
 def test_ctrl_c_stops_every_rank_of_every_running_job(train_script: Path, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.Popen([sys.executable, str(train_script), "-m", "hydra/launcher=dsconf", *BATCH,

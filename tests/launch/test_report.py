@@ -90,6 +90,7 @@ def metrics_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpr
     return sweep_dir, proc
 
 
+@pytest.mark.slow  # metrics_sweep: a real sweep
 def test_summary_columns_from_a_returned_float_a_returned_dict_and_metrics_json(metrics_sweep: tuple) -> None:
     sweep_dir, proc = metrics_sweep
     summary = summary_of(sweep_dir)

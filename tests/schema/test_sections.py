@@ -343,6 +343,7 @@ def test_top_level_keys_are_the_ones_deepspeed_reads(facts_0198):
     assert dsconf_only == {"fp32_allreduce"}
 
 
+@pytest.mark.slow  # facts_0195: DeepSpeed 0.19.5's interpreter
 def test_top_level_since_matches_the_keys_0195_reads(facts_0198, facts_0195):
     # 0.19.8 looks up the removed keys only to refuse them; 0.19.5 never reads a top-level eigenvalue, and reads
     # quantize_training only when MoQ is on
@@ -435,6 +436,7 @@ def test_pydantic_section_is_deepspeeds_model(ours):
 
 
 @pytest.mark.parametrize("ours", pydantic_sections(), ids=lambda m: m.__name__)
+@pytest.mark.slow  # facts_0195
 def test_pydantic_section_versions(ours, facts_0198, facts_0195):
     """``since`` marks exactly the fields 0.19.5's model lacks, ``until`` exactly those 0.19.8's dropped."""
     new, old = facts_0198["models"][ours.deepspeed_model], facts_0195["models"][ours.deepspeed_model]
@@ -453,6 +455,7 @@ def test_pydantic_section_versions(ours, facts_0198, facts_0195):
 # Sections DeepSpeed reads as plain dicts
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("section", sorted(PROBES), ids=str)
+@pytest.mark.slow  # facts_0195
 def test_dict_section_keys_are_the_ones_deepspeed_reads(section, facts_0198, facts_0195):
     facts = facts_0195 if meta(DeepSpeedConfig, section).get("until") else facts_0198
     read = facts["sections"][section]
@@ -466,6 +469,7 @@ def test_dict_section_keys_are_the_ones_deepspeed_reads(section, facts_0198, fac
 
 
 @pytest.mark.parametrize("section", sorted(s for s in PROBES if not meta(DeepSpeedConfig, s).get("until")), ids=str)
+@pytest.mark.slow  # facts_0195
 def test_dict_section_since_matches_0195(section, facts_0198, facts_0195):
     new, old = facts_0198["sections"][section], facts_0195["sections"][section]
     for path, keys in new.items():
@@ -519,6 +523,7 @@ def test_dict_section_defaults_are_deepspeed_constants(module, prefix, model, co
 
 
 @pytest.mark.parametrize("module, prefix, model, complete", PREFIXES_0195, ids=[p[2].__name__ for p in PREFIXES_0195])
+@pytest.mark.slow  # facts_0195
 def test_removed_section_defaults_are_0195_constants(module, prefix, model, complete, facts_0195):
     _check_prefix(facts_0195, module, prefix, model, complete)
 
@@ -585,6 +590,7 @@ def test_timers_are_deepspeeds():
     assert TIMERS == "timers" and set(fields_of(TimersConfig)) == {TIMERS_THROUGHPUT}
 
 
+@pytest.mark.slow  # facts_0195
 def test_removed_0195_sections_read_as_in_0195(facts_0195):
     from deepspeed.runtime.data_pipeline.constants import (
         CURRICULUM_LEARNING_MAX_DIFFICULTY,
@@ -604,6 +610,7 @@ def test_removed_0195_sections_read_as_in_0195(facts_0195):
     assert fields_of(QuantizeTrainingConfig).keys() == {"eigenvalue"}
 
 
+@pytest.mark.slow  # facts_0195
 def test_compression_training_techniques_are_0195s(facts_0195):
     assert set(facts_0195["compression_techniques"]) == set(fields_of(CompressionTrainingConfig))
 
@@ -659,6 +666,7 @@ def test_0198_refuses_removed_keys(name, config, deepspeed_parse):
     assert not result["ok"] and "removed" in result["error"], result
 
 
+@pytest.mark.slow  # DeepSpeed 0.19.5's interpreter
 def test_0195_accepts_removed_keys():
     python = ds0195_python()
     if not python:
@@ -670,6 +678,7 @@ def test_0195_accepts_removed_keys():
     assert refused == {}
 
 
+@pytest.mark.slow  # facts_0195
 def test_0195_accepts_removed_zero_keys(facts_0195):
     # Parsed by FACTS_SCRIPT: the oracle's value comparison cannot read a dict-valued ZeRO key (zeropp_loco_param)
     refused = {name: r for (name, _), r in zip(_zero_cases(), facts_0195["refusals"]) if r is not None}

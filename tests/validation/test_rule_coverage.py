@@ -102,6 +102,7 @@ def _engine_source(target: str) -> str:
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.enforced_by == "parse"], ids=lambda r: r.name)
+@pytest.mark.slow  # parsed: DeepSpeed 0.19.5's interpreter too
 def test_parse_rules_are_deepspeeds_parser(rule, parsed):
     if rule.name not in parsed:
         pytest.skip("DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
@@ -109,6 +110,7 @@ def test_parse_rules_are_deepspeeds_parser(rule, parsed):
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.enforced_by == "initialize"], ids=lambda r: r.name)
+@pytest.mark.slow  # parsed
 def test_initialize_rules_are_in_deepspeeds_engine(rule, parsed):
     target, _ = _config(rule.name)
     assert rule.deepspeed_says in _engine_source(target), f"DeepSpeed {target} has no {rule.deepspeed_says!r}"
@@ -117,6 +119,7 @@ def test_initialize_rules_are_in_deepspeeds_engine(rule, parsed):
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if r.enforced_by is None], ids=lambda r: r.name)
+@pytest.mark.slow  # parsed
 def test_dsconfs_own_rules_say_why_and_deepspeed_runs_the_config(rule, parsed):
     assert len(rule.why) > 20
     if rule.name not in parsed:

@@ -198,6 +198,7 @@ def test_deepspeed_0198_engine_enforces_them():
 
 
 @pytest.mark.skipif(not ds0195_python(), reason="DSCONF_DS0195_PYTHON (a DeepSpeed 0.19.5 environment) not set")
+@pytest.mark.slow  # DeepSpeed 0.19.5's interpreter
 def test_deepspeed_0195_parser_accepts_engine_time_mistakes():
     amp = export(["precision=amp", "zero=stage0"], OLD)
     cases = {"amp-zero2": edited(amp, "zero_optimization.stage", 2)}
