@@ -329,6 +329,7 @@ def test_an_app_option_shadowing_one_of_dsconfs_is_a_one_line_error(source, tmp_
     assert "Traceback" not in proc.stderr and "STAGE" not in proc.stdout
 
 
+@pytest.mark.slow  # starts a rank
 def test_an_app_option_of_a_new_name_extends_dsconfs_group(tmp_path):
     files = {"conf/job.yaml": LISTS_DSCONF,
              "conf/zero/my_stage.yaml": "# @package deepspeed.zero_optimization\nstage: 2\n"}

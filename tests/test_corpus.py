@@ -165,6 +165,7 @@ def _meant(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.slow  # 45 files, each imported, shown and parsed
 def test_import_then_show_means_the_same_to_deepspeed(path, tmp_path, deepspeed_parse):
     from dsconf.composition import compose
     from dsconf.importer import import_file

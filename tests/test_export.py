@@ -23,6 +23,8 @@ from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 import dsconf
 from dsconf.groups import OPTIMIZER_OPTIONS, PRECISION, SCHEDULER_OPTIONS, ZERO, group_options
 
+pytestmark = pytest.mark.slow  # the grid: 2,400 compositions, each exported 6 times and parsed by DeepSpeed
+
 WORLD_SIZES = (1, 2, 8)
 TARGETS = ("0.19.8", "0.19.5")
 REQUIRED = {

@@ -46,8 +46,11 @@ def test_discovery() -> None:
     assert DsconfLauncher.__name__ in [x.__name__ for x in Plugins.instance().discover(Launcher)]
 
 
+# slow: every test of the suites runs jobs (2 to 10 s each); the quick subset keeps test_discovery, and reaches the
+# launcher through tests/launch/test_command_line.py's sweeps (each job checked by it) and test_launch_core.py
 @mark.parametrize("launcher_name, overrides", [param("dsconf", ONE_RANK, id="1-rank"),
                                                 param("dsconf", TWO_RANKS, id="2-ranks")])
+@mark.slow
 class TestDsconfLauncher(LauncherTestSuite):
     pass
 
@@ -56,6 +59,7 @@ class TestDsconfLauncher(LauncherTestSuite):
     param("dsconf", ["hydra/sweeper=basic", "hydra.sweeper.max_batch_size=2", *ONE_RANK], id="1-rank"),
     param("dsconf", ["hydra/sweeper=basic", "hydra.sweeper.max_batch_size=2", *TWO_RANKS], id="2-ranks"),
 ])
+@mark.slow
 class TestDsconfLauncherBatched(BatchedSweeperTestSuite):
     pass
 
@@ -64,16 +68,19 @@ class TestDsconfLauncherBatched(BatchedSweeperTestSuite):
     param({}, ["-m", "hydra/launcher=dsconf", *ONE_RANK], id="1-rank"),
     param({}, ["-m", "hydra/launcher=dsconf", *TWO_RANKS], id="2-ranks"),
 ])
+@mark.slow
 class TestDsconfLauncherIntegration(IntegrationTestSuite):
     pass
 
 
+@mark.slow
 @mark.usefixtures("hydra_restore_singletons")
 def test_spawned_ranks_get_the_suites_closure(hydra_sweep_runner: TSweepRunner, tmpdir: Path) -> None:
     sweep_2_jobs(hydra_sweep_runner, overrides=["hydra/launcher=dsconf", *SPAWN_ONE_RANK],
                  task_function=LauncherTestSuite().get_task_function(), temp_dir=tmpdir)
 
 
+@mark.slow
 @mark.usefixtures("hydra_restore_singletons")
 def test_spawned_ranks_get_a_resolver_registered_at_run_time(hydra_sweep_runner: TSweepRunner, tmpdir: Path) -> None:
     LauncherTestSuite().test_sweep_with_custom_resolver(hydra_sweep_runner, "dsconf", list(SPAWN_TWO_RANKS), tmpdir)
