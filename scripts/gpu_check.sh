@@ -19,6 +19,11 @@ FAILED=0
 RESULTS=()
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 unset DS_ACCELERATOR
+# DeepSpeed's op builder reads TORCH_CUDA_ARCH_LIST as plain numbers ("9.0"): an image that sets arch-specific
+# entries ("10.0a") makes every JIT op build fail with "invalid literal for int()". Build for the GPUs here.
+case "${TORCH_CUDA_ARCH_LIST:-}" in
+    *[0-9]a*|*[0-9]f*) export TORCH_CUDA_ARCH_LIST=$($PYTHON -c "import torch; print(';'.join(sorted({'%d.%d' % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})))") ;;
+esac
 
 echo "gpu_check: $GPUS GPU(s) visible; torch $($PYTHON -c 'import torch; print(torch.__version__, torch.version.cuda)')"
 nvidia-smi -L 2>/dev/null || true
@@ -127,8 +132,10 @@ else
     record "parallel sweep, 2 jobs on disjoint GPUs" SKIP "needs 2 GPUs"
 fi
 
-# 5. the GPU-marked tests
-if timeout 300 $PYTHON -m pytest -q -m gpu tests -p no:cacheprovider; then record "pytest -m gpu" PASS
+# 5. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
+GPU_TESTS=$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)
+if DS_ACCELERATOR=cuda timeout 300 $PYTHON -m pytest -q -rs -m gpu $GPU_TESTS -p no:cacheprovider; then
+    record "pytest -m gpu" PASS
 else record "pytest -m gpu" FAIL; fi
 
 echo
