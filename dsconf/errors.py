@@ -26,6 +26,10 @@ class Problem:
         return f"{text} ({self.hint})" if self.hint else text
 
 
+class ConfigWarning(UserWarning):
+    """Something in a config that runs, but not as written: dsconf says what DeepSpeed does with it."""
+
+
 class ConfigError(ValueError):
     """A config mistake; ``problems`` lists every problem found, each with its dotted path."""
 

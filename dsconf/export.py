@@ -45,7 +45,7 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
     dist = OmegaConf.to_container(cfg.dist, resolve=True) if "dist" in cfg else None
     try:
         ws = data_parallel_size(dist, sequence_parallel_size=raw.get("sequence_parallel_size"),
-                                world_size=world_size)
+                                world_size=world_size, mesh_data_parallel_size=raw.get("data_parallel_size"))
     except ConfigError as err:
         problems.extend(err.problems)
         ws = None

@@ -67,7 +67,8 @@ def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, ta
         warnings.simplefilter("always")
         try:
             data_parallel = data_parallel_size(None, sequence_parallel_size=config.get("sequence_parallel_size"),
-                                               world_size=report.world_size)
+                                               world_size=report.world_size,
+                                               mesh_data_parallel_size=config.get("data_parallel_size"))
             report.exported = build_deepspeed_dict(config, world_size=data_parallel, target=target_version(target),
                                                    keep_auto=keep_auto)
         except ConfigError as err:

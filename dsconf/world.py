@@ -118,17 +118,25 @@ def sequence_parallel_degree(value: Any) -> int:
 
 
 def data_parallel_size(dist: Any = None, *, sequence_parallel_size: Any = None, world_size: Optional[int] = None,
-                       environ: Optional[Mapping[str, str]] = None) -> int:
+                       environ: Optional[Mapping[str, str]] = None, mesh_data_parallel_size: Any = None) -> int:
     """Data-parallel size: total ranks divided by the tensor/pipeline parallel sizes (``dist``) and DeepSpeed's
     ``sequence_parallel_size`` (None = 1), as DeepSpeed divides its world size.
 
     Total ranks come from ``world_size`` if given, else the environment of a running job, else ``dist``.
+    ``mesh_data_parallel_size`` is DeepSpeed's ``data_parallel_size``: with ``sequence_parallel_size``,
+    ``deepspeed.initialize`` builds a (data, sequence) device mesh of all ranks, which must hold exactly the total.
     """
     total = world_size if world_size is not None else env_world_size(environ)
     if total is None:
         total = dist_world_size(dist) if dist is not None else 1
-    parallel = (model_parallel_product(dist) if dist is not None else 1) * sequence_parallel_degree(
-        sequence_parallel_size)
+    sequence = sequence_parallel_degree(sequence_parallel_size)
+    mesh_data = sequence_parallel_degree(mesh_data_parallel_size)
+    if mesh_data_parallel_size is not None and sequence_parallel_size is not None and mesh_data * sequence != total:
+        raise ConfigError(Problem(
+            f"{DEEPSPEED_NODE}.data_parallel_size", f"{mesh_data} x sequence_parallel_size {sequence} = "
+            f"{mesh_data * sequence} ranks, but the job has {total} (deepspeed.initialize's device mesh needs all)",
+            f"set it to {total // sequence}, or remove it" if total % sequence == 0 else "remove it"))
+    parallel = (model_parallel_product(dist) if dist is not None else 1) * sequence
     if total % parallel:
         raise ConfigError(Problem(
             "dist", f"world size {total} is not divisible by tensor x pipeline x sequence parallel size {parallel}",

@@ -1,5 +1,6 @@
 """Parallelism sections: AutoTP ``tensor_parallel``, ``pipeline``, AutoEP ``expert_parallel``, the RLHF
-``hybrid_engine``, and the top-level ``sequence_parallel_size`` / ``use_data_before_expert_parallelism``.
+``hybrid_engine``, and the top-level ``sequence_parallel_size`` / ``data_parallel_size`` /
+``use_data_before_expert_parallelism``.
 
 ``tensor_parallel`` and ``hybrid_engine`` are pydantic models in DeepSpeed; ``pipeline`` and ``expert_parallel``
 are read as plain dicts (DeepSpeed fills in its defaults key by key).
@@ -124,4 +125,8 @@ class ParallelismSections:
     hybrid_engine: Any = section(HybridEngineConfig, "DeepSpeed-Chat hybrid engine; null = off")
     sequence_parallel_size: Optional[int] = doc(
         None, "Ulysses sequence-parallel degree; DeepSpeed divides the world size by it; null = not written", ge=1)
+    # read by deepspeed.initialize, not by DeepSpeedConfig: with sequence_parallel_size it shapes the device mesh
+    data_parallel_size: Optional[int] = doc(
+        None, "Data-parallel degree of the (data, sequence) mesh deepspeed.initialize builds; needs "
+        "sequence_parallel_size; null = not written", ge=1)
     use_data_before_expert_parallelism: bool = doc(False, "Lay out data-parallel ranks before expert-parallel ones")

@@ -9,12 +9,12 @@ import dataclasses
 import warnings
 from typing import Any, Dict, List
 
-from dsconf.errors import Problem, join_path
+from dsconf.errors import ConfigWarning, Problem, join_path
 from dsconf.schema.introspect import default_of, fields_of, unwrap_optional
 from dsconf.schema.root import DEEPSPEED_NODE
 
 
-class LegacyKeyWarning(UserWarning):
+class LegacyKeyWarning(ConfigWarning):
     """A deprecated DeepSpeed key was translated to its modern form."""
 
 

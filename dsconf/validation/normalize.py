@@ -5,18 +5,25 @@
 - In sections DeepSpeed parses with a pydantic model (``deepspeed_model`` on the schema class), values are
   coerced as pydantic's lax mode does (``"1"`` -> 1, ``"true"`` -> True, ``5e8`` -> 500000000), so what is
   exported has the type DeepSpeed would have turned it into.
-- HF's ``"auto"`` is legal only in keys HF Transformers/Accelerate fill (``auto`` in the field's metadata).
-  With ``keep_auto`` it stays (the config goes to HF, which fills it); without, it is a problem that says
-  where HF would take the value from and how to give it in Hydra.
+- In keys DeepSpeed reads from the plain dict (``get_scalar_param``: the top level and the dict-parsed sections),
+  DeepSpeed uses the value as written, so an integral float runs where an integer is meant (``1e5``) and 0/1 where
+  a boolean is (its truth value): those become ``100000`` and ``true``. Anything else keeps its type and is
+  judged by the schema check.
+- HF's ``"auto"`` is legal in keys HF Transformers/Accelerate fill (``auto`` in the field's metadata). With
+  ``keep_auto`` it stays (the config goes to HF, which fills it); without, it is a problem that says where HF
+  would take the value from and how to give it in Hydra. In any other key of a pydantic section DeepSpeed drops
+  "auto" and uses its default: so does dsconf, with a warning naming that default. In a dict-parsed key DeepSpeed
+  would get the string "auto": a problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from typing import Any, Dict, List, Optional
 
-from dsconf.errors import Problem, join_path
+from dsconf.errors import ConfigWarning, Problem, join_path
 from dsconf.resolvers import AUTO
 from dsconf.schema.introspect import dynamic_model, fields_of, model_key, model_node, unwrap_optional
 
@@ -80,6 +87,21 @@ def coerce(value: Any, tp: Any) -> Any:
     return value if inner is not str or isinstance(value, str) else _NOT_COERCED
 
 
+def plain_number(value: Any, tp: Any) -> Any:
+    """``value`` as DeepSpeed means it in a key it reads from the plain dict, or ``_NOT_COERCED``: an integral float
+    where an integer is expected (``1e5`` -> 100000), 0 or 1 where a boolean is (DeepSpeed uses its truth value)."""
+    inner, _ = unwrap_optional(tp)
+    if inner is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if inner is bool and type(value) is int and value in (0, 1):
+        return bool(value)
+    return _NOT_COERCED
+
+
+class AutoDroppedWarning(ConfigWarning):
+    """"auto" in a key of a pydantic section that HF does not fill: DeepSpeed drops it and uses its default."""
+
+
 def normalize(value: Any, cls: type, path: str, *, keep_auto: bool, problems: List[Problem]) -> Any:
     """Canonical names and values for a section dict of model ``cls`` (a new dict; ``value`` is not changed)."""
     if not isinstance(value, dict):
@@ -111,8 +133,12 @@ def deepspeed_auto(field: dataclasses.Field) -> bool:
 def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str,
                      keep_auto: bool, lax: bool, problems: List[Problem]) -> Any:
     if is_auto(value) and not deepspeed_auto(field):
-        silent_default = field.default if lax and field.default is not dataclasses.MISSING else _NOT_COERCED
-        _judge_auto(auto_source(field), path, keep_auto, problems, silent_default)
+        if lax and auto_source(field) is None and field.default is not dataclasses.MISSING:
+            # DeepSpeedConfigModel (non-strict) drops every "auto" before validation: the field gets its default
+            warnings.warn(f"{path}='auto' is no value DeepSpeed reads here: DeepSpeed drops it and uses its default "
+                          f"{_shown(field.default)}, which dsconf exports", AutoDroppedWarning, stacklevel=2)
+            return field.default
+        _judge_auto(auto_source(field), path, keep_auto, problems)
         return value
     inner, _ = unwrap_optional(tp)
     if dataclasses.is_dataclass(inner):
@@ -124,11 +150,12 @@ def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type,
         if model_key(field) and isinstance(value, dict):
             _free_form_auto(value, _hf_filled_params(owner), path, keep_auto, problems)
         return value
-    if lax:
-        coerced = coerce(value, tp)
-        if coerced is not _NOT_COERCED:
-            return coerced
-    return value
+    coerced = coerce(value, tp) if lax else plain_number(value, tp)
+    return value if coerced is _NOT_COERCED else coerced
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _hf_filled_params(owner: type) -> Dict[str, str]:
@@ -146,16 +173,10 @@ def _free_form_auto(params: Dict[str, Any], filled: Dict[str, str], path: str, k
             _judge_auto(filled.get(key), join_path(path, key), keep_auto, problems)
 
 
-def _judge_auto(source: Optional[str], path: str, keep_auto: bool, problems: List[Problem],
-                silent_default: Any = _NOT_COERCED) -> None:
-    """``silent_default``: what DeepSpeed's pydantic section makes of "auto" (it drops it for its default)."""
+def _judge_auto(source: Optional[str], path: str, keep_auto: bool, problems: List[Problem]) -> None:
     if source is None:
-        what = (f"DeepSpeed silently uses its default ({silent_default!r}) instead" if silent_default
-                is not _NOT_COERCED else "DeepSpeed would get the string 'auto'")
-        hint = "set a value" + (f", or remove the key for DeepSpeed's default {silent_default!r}"
-                                if silent_default is not _NOT_COERCED else "")
-        problems.append(Problem(path, f"'auto' is not a value here: HF Transformers/Accelerate fill 'auto' only in "
-                                f"the keys they derive, and {what}", hint))
+        problems.append(Problem(path, "'auto' is not a value here: HF Transformers/Accelerate fill 'auto' only in "
+                                "the keys they derive, and DeepSpeed would get the string 'auto'", "set a value"))
     elif not keep_auto:
         problems.append(Problem(path, f"'auto' is filled by HF Trainer/Accelerate (from {source}), not by DeepSpeed",
                                 f"set a value ({path}=<value>, or a Hydra interpolation such as ${{my.value}}), or "

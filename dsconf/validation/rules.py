@@ -4,15 +4,18 @@ few that dsconf refuses although DeepSpeed runs them (because DeepSpeed silently
 Each rule reads the translated config dict and returns the problems it finds; ``RULES`` runs them all so a
 user sees every problem at once. Each rule says who enforces it (``enforced_by``): DeepSpeed's parser
 ("parse"), DeepSpeed's engine ("initialize", with the text of its refusal), or dsconf alone (None, with
-``why``). A value left as HF's "auto" is unknown until HF fills it: rules skip it.
+``why``). A dsconf rule that ``warns`` reports what it finds as a warning (the config runs as the user chose;
+DeepSpeed ignores part of it): ``check_rules`` issues those as ``RuleWarning``. A value left as HF's "auto" is
+unknown until HF fills it: rules skip it.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from dsconf.errors import Problem
+from dsconf.errors import ConfigWarning, Problem
 from dsconf.schema.introspect import default_of, fields_of
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
 from dsconf.schema.root import DEEPSPEED_NODE
@@ -33,23 +36,29 @@ class Rule:
     # the rule so that ``dsconf explain`` lists the rules of a key; tests/validation/test_rule_coverage.py holds
     # them against the paths each rule reports.
     keys: Tuple[str, ...] = ()
+    warns: bool = False  # dsconf's own rules only: the config runs as the user chose it; say what DeepSpeed ignores
 
     @property
     def name(self) -> str:
         return self.check.__name__
 
 
+class RuleWarning(ConfigWarning):
+    """What a warning rule found: the config runs, but DeepSpeed ignores part of what it says."""
+
+
 RULES: List[Rule] = []
 
 
-def rule(enforced_by: Optional[str], *, keys: Tuple[str, ...], deepspeed_says: str = "", why: str = ""
-         ) -> Callable[[Check], Check]:
+def rule(enforced_by: Optional[str], *, keys: Tuple[str, ...], deepspeed_says: str = "", why: str = "",
+         warns: bool = False) -> Callable[[Check], Check]:
     assert enforced_by in ("parse", "initialize", None) and (enforced_by or why)
     assert enforced_by != "initialize" or deepspeed_says
+    assert not (warns and enforced_by), "only dsconf's own rules can be warnings: DeepSpeed refuses the others"
     assert keys, "declare the keys the rule reads"
 
     def register(check: Check) -> Check:
-        RULES.append(Rule(check, enforced_by, deepspeed_says, why, tuple(keys)))
+        RULES.append(Rule(check, enforced_by, deepspeed_says, why, tuple(keys), warns))
         return check
 
     return register
@@ -158,8 +167,9 @@ def nvme_offload_needs_path(ds: Dict[str, Any]) -> List[Problem]:
             and not (zero.get(key) or {}).get("nvme_path")]
 
 
-@rule(None, why="DeepSpeed silently ignores an offload block's settings while its device is 'none'",
-      keys=("zero_optimization.offload_optimizer", "zero_optimization.offload_param"))
+@rule(None, why="DeepSpeed silently ignores an offload block's settings while its device is 'none' (a warning: "
+      "the user chose no offload, e.g. one side of a sweep over the device)",
+      keys=("zero_optimization.offload_optimizer", "zero_optimization.offload_param"), warns=True)
 def offload_settings_need_device(ds: Dict[str, Any]) -> List[Problem]:
     zero = ds.get("zero_optimization") or {}
     problems = []
@@ -171,7 +181,8 @@ def offload_settings_need_device(ds: Dict[str, Any]) -> List[Problem]:
         if block.get("device", "none") == "none" and changed:
             problems.append(Problem(f"{P}.zero_optimization.{key}.{changed[0]}",
                                     f"has no effect while {key}.device is 'none'",
-                                    f"set {P}.zero_optimization.{key}.device=cpu or nvme"))
+                                    f"DeepSpeed ignores it; set {P}.zero_optimization.{key}.device=cpu or nvme to "
+                                    "offload"))
     return problems
 
 
@@ -183,11 +194,39 @@ def compute_grad_norm_needs_stage_1_or_2(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("parse", keys=("gradient_allreduce_op", "zero_optimization.stage"))
+@rule("parse", keys=("gradient_allreduce_op", "zero_optimization.stage", "zero_optimization.zenflow",
+                     "compile.deepcompile"))
 def allreduce_sum_not_with_stage3(ds: Dict[str, Any]) -> List[Problem]:
-    if str(ds.get("gradient_allreduce_op", "mean")).lower() == "sum" and _stage(ds) == 3:
-        return [Problem(f"{P}.gradient_allreduce_op", "'sum' is not supported with ZeRO stage 3",
-                        "use 'mean' or a lower stage")]
+    if str(ds.get("gradient_allreduce_op", "mean")).lower() != "sum":
+        return []
+    zero = ds.get("zero_optimization") or {}
+    with_what = [what for what, on in (("ZeRO stage 3", _stage(ds) == 3),
+                                       ("ZenFlow (zero_optimization.zenflow)", zero.get("zenflow") is not None),
+                                       ("DeepCompile (compile.deepcompile)",
+                                        (ds.get("compile") or {}).get("deepcompile") is True)) if on]
+    if with_what:
+        return [Problem(f"{P}.gradient_allreduce_op", f"'sum' is not supported with {' and '.join(with_what)}",
+                        "use 'mean'")]
+    return []
+
+
+@rule("parse", keys=("expert_parallel.load_balance_coeff",))
+def no_load_balance_coeff(ds: Dict[str, Any]) -> List[Problem]:
+    coeff = (ds.get("expert_parallel") or {}).get("load_balance_coeff")
+    if coeff is not None:
+        return [Problem(f"{P}.expert_parallel.load_balance_coeff", f"{coeff!r} is not supported: DeepSpeed's AutoEP "
+                        "has no auxiliary-loss-free load balancing", "remove it, or set it to null")]
+    return []
+
+
+@rule(None, why="deepspeed.initialize reads data_parallel_size only together with sequence_parallel_size (to build "
+      "its data x sequence parallel device mesh); alone it is silently ignored",
+      keys=("data_parallel_size", "sequence_parallel_size"))
+def data_parallel_size_needs_sequence_parallel_size(ds: Dict[str, Any]) -> List[Problem]:
+    if ds.get("data_parallel_size") is not None and ds.get("sequence_parallel_size") is None:
+        return [Problem(f"{P}.data_parallel_size", "has no effect without sequence_parallel_size",
+                        f"set {P}.sequence_parallel_size too, or remove it (the data-parallel size is the world "
+                        "size divided by the parallel sizes)")]
     return []
 
 
@@ -263,13 +302,20 @@ def sparse_attention_layout(ds: Dict[str, Any]) -> List[Problem]:
 
 
 def check_rules(ds: Dict[str, Any], *, structure_ok: bool = True) -> List[Problem]:
-    """Every rule's problems. When the schema check already found problems, a rule that trips over a value of
-    the wrong type has nothing to add; on a well-formed config a rule that raises is a bug and propagates."""
+    """Every refusing rule's problems; a warning rule's findings are issued as ``RuleWarning``. When the schema check
+    already found problems, a rule that trips over a value of the wrong type has nothing to add; on a well-formed
+    config a rule that raises is a bug and propagates."""
     problems: List[Problem] = []
     for each in RULES:
         try:
-            problems.extend(each.check(ds))
+            found = each.check(ds)
         except (TypeError, AttributeError, KeyError, ValueError):
             if structure_ok:
                 raise
+            continue
+        if each.warns:
+            for problem in found:
+                warnings.warn(str(problem), RuleWarning, stacklevel=2)
+        else:
+            problems.extend(found)
     return problems
