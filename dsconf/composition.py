@@ -122,6 +122,8 @@ def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: A
         node = (OmegaConf.select(base, parent) if parent else base) if base is not None else None
         known = [str(k) for k in node] if hasattr(node, "keys") else []
     hint = did_you_mean(key, known) if known else ""
+    if not parent:  # a top-level name: it may be a group's, misspelt (precison=bf16)
+        hint = _group_hint(key, overrides, known, _groups(base)) or hint
     append = _APPEND.search("\n".join(str(e) for e in exception_chain(err)))
     if append and (key in known or model is None):
         # a key the composed node does not hold: a node of the user's own, or a section the config gives in part
@@ -130,6 +132,28 @@ def hydra_error_with_overrides(err: BaseException, overrides: List[str], base: A
             return ConfigError(Problem(problem.path, problem.message, f"{hint} Or, for a new key, {add}"))
         return ConfigError(Problem(problem.path, "not in the composed config", add))
     return ConfigError(Problem(problem.path, problem.message, hint))
+
+
+def _groups(base: Any) -> List[str]:
+    """dsconf's groups and, when the app's config composed without the overrides is known, the app's own."""
+    from omegaconf import OmegaConf
+
+    choices = OmegaConf.select(base, "hydra.runtime.choices") if base is not None else None
+    own = [str(g) for g in choices if not str(g).startswith("hydra/")] if choices is not None else []
+    return sorted({*group_options(), *own})
+
+
+def _group_hint(key: str, overrides: List[str], known: List[str], groups: List[str]) -> str:
+    """'did you mean precision=bf16?' when the unknown top-level ``key`` is closest to a group's name."""
+    import difflib
+
+    if key in groups:
+        return ""
+    close = difflib.get_close_matches(key, [*known, *groups], n=1, cutoff=0.6)
+    if not close or close[0] not in groups:
+        return ""
+    value = next((o.partition("=")[2] for o in overrides if o.lstrip("+~").partition("=")[0] == key), "")
+    return f"did you mean {close[0]}={value}?" if value else f"did you mean the group {close[0]!r}?"
 
 
 def chosen_types(overrides: Iterable[str]) -> dict:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import sys
+import warnings
 from dataclasses import dataclass
-from typing import Iterable, NoReturn, Sequence
+from typing import Iterable, Iterator, NoReturn, Sequence
 
 # Exit codes of dsconf's commands and of a dsconf app's single run.
 EXIT_JOB_FAILED = 1  # a rank failed, or the job timed out
@@ -84,3 +86,19 @@ def exit_with(message: str, code: int) -> NoReturn:
     sys.stdout.flush()
     print(f"dsconf: {message}", file=sys.stderr, flush=True)
     raise SystemExit(code)
+
+
+@contextlib.contextmanager
+def config_warnings_to_stderr(show: bool = True) -> Iterator[None]:
+    """dsconf's config warnings raised inside, each once, as ``dsconf: warning: ...`` lines on stderr (none when not
+    ``show``: the other ranks of a job); any other warning goes on to Python's handling unchanged."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConfigWarning)
+        yield
+    shown = set()
+    for warning in caught:
+        if not issubclass(warning.category, ConfigWarning):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+        elif show and str(warning.message) not in shown:
+            shown.add(str(warning.message))
+            print(f"dsconf: warning: {warning.message}", file=sys.stderr, flush=True)

@@ -3,7 +3,7 @@
 Composing and validating stay hardware-agnostic (a config for a GPU cluster can be checked on a laptop);
 this check runs only where ranks are about to start. The judge is DeepSpeed's own accelerator
 (``deepspeed.accelerator.get_accelerator()``, which honours ``DS_ACCELERATOR``), the one every rank will use,
-and it is asked only when the config enables a precision that depends on it. It is asked without initialising
+and it is asked only when the config enables what depends on it: fp16, Apex AMP, GPUDirect Storage (aio.use_gds). It is asked without initialising
 CUDA in this process (ranks may be forked from it): with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` DeepSpeed's
 detection counts devices through NVML, and for CUDA the visible device count stands for
 ``is_fp16_supported()``, which would create a CUDA context (the compute capability is left to the ranks).
@@ -20,7 +20,9 @@ from dsconf.errors import Problem
 from dsconf.schema.root import DEEPSPEED_NODE
 from dsconf.world import visible_gpu_count
 
-FP16_KEY, AMP_KEY = f"{DEEPSPEED_NODE}.fp16.enabled", f"{DEEPSPEED_NODE}.amp.enabled"  # the keys a refusal names
+# the keys a refusal names
+FP16_KEY, AMP_KEY, GDS_KEY = (f"{DEEPSPEED_NODE}.fp16.enabled", f"{DEEPSPEED_NODE}.amp.enabled",
+                              f"{DEEPSPEED_NODE}.aio.use_gds")
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ def hardware_problems(ds: Dict[str, Any], *, accelerator: Optional[Accelerator] 
     # `is True`: with keep_auto, "auto" is HF's to decide
     fp16 = (ds.get("fp16") or {}).get("enabled") is True
     amp = (ds.get("amp") or {}).get("enabled") is True
-    if not (fp16 or amp):
+    gds = bool((ds.get("aio") or {}).get("use_gds"))
+    if not (fp16 or amp or gds):
         return []
     accel = accelerator or this_host_accelerator()
     chosen = f"DS_ACCELERATOR={os.environ['DS_ACCELERATOR']}" if os.environ.get("DS_ACCELERATOR") else "detected"
@@ -72,4 +75,7 @@ def hardware_problems(ds: Dict[str, Any], *, accelerator: Optional[Accelerator] 
         elif importlib.util.find_spec("apex") is None:
             problems.append(Problem(AMP_KEY, "Apex AMP needs NVIDIA apex, which is not installed",
                                     "install apex, or use precision=fp16/bf16"))
+    if gds and accel.name != "cuda":  # DeepSpeed's parser asserts it, on every rank
+        problems.append(Problem(GDS_KEY, f"GPUDirect Storage needs DeepSpeed's CUDA accelerator; ranks here would "
+                                f"use {where}", "set it to false, or run on CUDA GPUs"))
     return problems

@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any, Optional
 
-from dsconf.errors import ConfigError, Problem
+from dsconf.errors import ConfigError, Problem, config_warnings_to_stderr
 from dsconf.launch import context
 from dsconf.launch.hydra_support import select
 from dsconf.launch.plan import JobPlan
@@ -25,7 +25,8 @@ def export_deepspeed(cfg: Any, world_size: int, job_dir: Optional[str]) -> tuple
     from dsconf.export import to_deepspeed
     from dsconf.hardware import hardware_problems
 
-    deepspeed = to_deepspeed(cfg, world_size=world_size)
+    with config_warnings_to_stderr(show=context.rank() == 0):  # once per job, not once per rank
+        deepspeed = to_deepspeed(cfg, world_size=world_size)
     problems = hardware_problems(deepspeed)  # before any rank starts: a precision this host's accelerator lacks
     if problems:
         raise ConfigError(problems)

@@ -27,6 +27,8 @@ def doc(
     le: Optional[float] = None,
     choices: Optional[Sequence[Any]] = None,
     case_insensitive: bool = False,
+    finite: bool = False,
+    nonempty: bool = False,
     since: Optional[str] = None,
     until: Optional[str] = None,
     legacy: Optional[str] = None,
@@ -41,7 +43,9 @@ def doc(
 
     ``since``/``until`` bound the DeepSpeed versions that know the key (``until`` is the first version
     that refuses it); ``instead`` is DeepSpeed's advice once it is gone. ``case_insensitive`` marks choices
-    DeepSpeed lower-cases before comparing. ``legacy`` names the modern key that replaces this one (a sibling
+    DeepSpeed lower-cases before comparing. ``finite``: a number DeepSpeed's validator requires to be finite and
+    refuses as a boolean (which lax coercion would otherwise turn into 0/1). ``nonempty``: a string DeepSpeed
+    refuses when empty. ``legacy`` names the modern key that replaces this one (a sibling
     key, translated with a warning). ``aliases`` are other spellings DeepSpeed accepts for the same key
     without a warning (exported under the field's own name). ``auto`` names what HF Transformers/Accelerate
     fill an ``"auto"`` value from (e.g. ``"TrainingArguments.learning_rate"``): only such keys accept "auto".
@@ -53,7 +57,8 @@ def doc(
     if (model_key is None) != (models is None):
         raise TypeError("a dynamic field declares model_key and models together")
     metadata = {"help": help, "ge": ge, "gt": gt, "le": le, "choices": choices,
-                "case_insensitive": case_insensitive or None, "since": since,
+                "case_insensitive": case_insensitive or None, "finite": finite or None, "nonempty": nonempty or None,
+                "since": since,
                 "until": until, "legacy": legacy, "instead": instead, "aliases": tuple(aliases) or None,
                 "auto": auto, "type": type, "model_key": model_key, "models": models}
     metadata = {k: v for k, v in metadata.items() if v is not None}

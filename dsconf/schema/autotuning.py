@@ -20,8 +20,8 @@ class ModelInfoConfig:
 class AutotuningConfig:
     enabled: bool = doc(False, "Search ZeRO stage and micro-batch size for the best metric")
     fast: bool = doc(True, "Tune only ZeRO stages and micro-batch sizes, not each stage's knobs")
-    results_dir: str = doc("autotuning_results", "Directory for the tuning results (non-empty)")
-    exps_dir: str = doc("autotuning_exps", "Directory for the experiments' configs (non-empty)")
+    results_dir: str = doc("autotuning_results", "Directory for the tuning results", nonempty=True)
+    exps_dir: str = doc("autotuning_exps", "Directory for the experiments' configs", nonempty=True)
     overwrite: bool = doc(True, "Overwrite earlier results")
     start_profile_step: int = doc(3, "First step profiled in each experiment")
     end_profile_step: int = doc(5, "Last step profiled in each experiment")

@@ -16,12 +16,12 @@ class FP16Config:
     enabled: Any = hf_auto(False, "Train in fp16 mixed precision (needs a GPU)",
                            "fp16.enabled", bool)
     auto_cast: bool = doc(False, "Cast inputs to fp16 automatically")
-    loss_scale: float = doc(0.0, "Static loss scale; 0 means dynamic loss scaling", ge=0)
+    loss_scale: float = doc(0.0, "Static loss scale; 0 means dynamic loss scaling", ge=0, finite=True)
     initial_scale_power: int = doc(16, "Dynamic loss scaling starts at 2**initial_scale_power")
-    loss_scale_window: int = doc(1000, "Steps between raising/lowering the dynamic loss scale")
+    loss_scale_window: int = doc(1000, "Steps between raising/lowering the dynamic loss scale", finite=True)
     hysteresis: int = doc(2, "Delay shift in dynamic loss scaling")
     consecutive_hysteresis: bool = doc(False, "Refill hysteresis when a step does not overflow")
-    min_loss_scale: int = doc(1, "Lowest dynamic loss scale")
+    min_loss_scale: int = doc(1, "Lowest dynamic loss scale", finite=True)
     fp16_master_weights_and_grads: bool = doc(False, "Keep master weights and grads in fp16 (ZeRO 1-3 only)")
 
 

@@ -150,6 +150,8 @@ def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type,
         if model_key(field) and isinstance(value, dict):
             _free_form_auto(value, _hf_filled_params(owner), path, keep_auto, problems)
         return value
+    if isinstance(value, bool) and field.metadata.get("finite"):
+        return value  # DeepSpeed's validator refuses a boolean before pydantic would make it 0/1
     coerced = coerce(value, tp) if lax else plain_number(value, tp)
     return value if coerced is _NOT_COERCED else coerced
 

@@ -225,9 +225,49 @@ def no_load_balance_coeff(ds: Dict[str, Any]) -> List[Problem]:
 def data_parallel_size_needs_sequence_parallel_size(ds: Dict[str, Any]) -> List[Problem]:
     if ds.get("data_parallel_size") is not None and ds.get("sequence_parallel_size") is None:
         return [Problem(f"{P}.data_parallel_size", "has no effect without sequence_parallel_size",
-                        f"set {P}.sequence_parallel_size too, or remove it (the data-parallel size is the world "
-                        "size divided by the parallel sizes)")]
+                        f"set {P}.sequence_parallel_size too, or remove it: without it the data-parallel size is "
+                        "the world size over the parallel sizes")]
     return []
+
+
+_SAMPLING = "data_efficiency.data_sampling"
+
+
+def _sampling(ds: Dict[str, Any], block: str) -> Dict[str, Any]:
+    sampling = (ds.get("data_efficiency") or {}).get("data_sampling") or {}
+    return (sampling.get(block) or {}) if isinstance(sampling, dict) else {}
+
+
+@rule("parse", keys=(f"{_SAMPLING}.curriculum_learning.enabled", f"{_SAMPLING}.curriculum_learning.curriculum_metrics"))
+def curriculum_learning_needs_metrics(ds: Dict[str, Any]) -> List[Problem]:
+    curriculum = _sampling(ds, "curriculum_learning")
+    if curriculum.get("enabled") and "curriculum_metrics" not in curriculum:
+        return [Problem(f"{P}.{_SAMPLING}.curriculum_learning.curriculum_metrics", "is required when curriculum "
+                        "learning is enabled", "give {metric name: {index_to_sample_path, difficulty_type, ...}}")]
+    return []
+
+
+@rule("parse", keys=(f"{_SAMPLING}.dynamic_batching.enabled", f"{_SAMPLING}.dynamic_batching.max_tokens"))
+def dynamic_batching_needs_max_tokens(ds: Dict[str, Any]) -> List[Problem]:
+    batching = _sampling(ds, "dynamic_batching")
+    if batching.get("enabled") and "max_tokens" not in batching:
+        return [Problem(f"{P}.{_SAMPLING}.dynamic_batching.max_tokens", "is required when dynamic batching is enabled",
+                        f"set {P}.{_SAMPLING}.dynamic_batching.max_tokens=<tokens per batch>")]
+    return []
+
+
+@rule("parse", keys=("zero_optimization.zenflow.select_interval", "zero_optimization.zenflow.update_interval"))
+def zenflow_intervals(ds: Dict[str, Any]) -> List[Problem]:
+    zenflow = (ds.get("zero_optimization") or {}).get("zenflow") or {}
+    problems = []
+    for key, least in (("select_interval", None), ("update_interval", 1)):
+        value = zenflow.get(key, "auto")
+        path = f"{P}.zero_optimization.zenflow.{key}"
+        if isinstance(value, str) and value != "auto":
+            problems.append(Problem(path, f"{value!r} is neither 'auto' nor a number", "give 'auto' or a number"))
+        elif least is not None and isinstance(value, int) and not isinstance(value, bool) and value < least:
+            problems.append(Problem(path, f"{value} is out of range", f"must be 'auto' or >= {least}"))
+    return problems
 
 
 @rule("initialize", deepspeed_says="Amp and ZeRO are not currently compatible",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import typing
 from typing import Any, List, Optional
 
@@ -177,6 +178,12 @@ def _type_label(tp: Any) -> str:
 
 
 def _check_constraints(value: Any, meta: typing.Mapping[str, Any], path: str, problems: List[Problem]) -> None:
+    if meta.get("finite") and isinstance(value, float) and not math.isfinite(value):
+        problems.append(Problem(path, f"{value!r} is not a finite number", "give a finite number"))
+        return
+    if meta.get("nonempty") and value == "":
+        problems.append(Problem(path, "must not be empty", "give a value, or remove the key for its default"))
+        return
     choices = meta.get("choices")
     if choices is not None:
         probe = value.lower() if meta.get("case_insensitive") and isinstance(value, str) else value

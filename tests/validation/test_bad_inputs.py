@@ -66,6 +66,9 @@ ROWS = [
         "deepspeed.scheduler.params.warmup_num_step", "unknown key", "did you mean 'warmup_num_steps'"),
     row("typo-scheduler-params-added", ["scheduler=warmup", "+deepspeed.scheduler.params.warmup_num_step=10", MB],
         "deepspeed.scheduler.params.warmup_num_step", "unknown key", "'warmup_num_steps'"),
+    # a group's name misspelt on the command line: the group, with the value given
+    row("typo-group", ["precison=bf16", MB], "precison", "unknown key", "did you mean precision=bf16?"),
+    row("typo-group-zero", ["zeros=stage2", MB], "zeros", "unknown key", "did you mean zero=stage2?"),
     row("typo-offload", ["zero=stage2_offload", "deepspeed.zero_optimization.offload_optimizer.devic=cpu", MB],
         "deepspeed.zero_optimization.offload_optimizer.devic", "did you mean 'device'"),
     row("typo-offload-param-unset-section", ["zero=stage3", "deepspeed.zero_optimization.offload_param.devic=cpu", MB],
