@@ -3,10 +3,11 @@
 Composing and validating stay hardware-agnostic (a config for a GPU cluster can be checked on a laptop);
 this check runs only where ranks are about to start. The judge is DeepSpeed's own accelerator
 (``deepspeed.accelerator.get_accelerator()``, which honours ``DS_ACCELERATOR``), the one every rank will use,
-and it is asked only when the config enables what depends on it: fp16, Apex AMP, GPUDirect Storage (aio.use_gds). It is asked without initialising
-CUDA in this process (ranks may be forked from it): with ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` DeepSpeed's
-detection counts devices through NVML, and for CUDA the visible device count stands for
-``is_fp16_supported()``, which would create a CUDA context (the compute capability is left to the ranks).
+and it is asked only when the config enables what depends on it: fp16, Apex AMP, GPUDirect Storage (aio.use_gds). It
+is asked without initialising CUDA in this process (ranks may be forked from it): with
+``PYTORCH_NVML_BASED_CUDA_CHECK=1`` DeepSpeed's detection counts devices through NVML, and for CUDA the visible
+device count stands for ``is_fp16_supported()``, which would create a CUDA context (the compute capability is left
+to the ranks).
 """
 
 from __future__ import annotations
