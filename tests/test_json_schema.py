@@ -180,6 +180,26 @@ def test_keys_newer_than_the_target_are_refused(validators):
     assert not schema_error_paths(validators["0.19.5"], {**BASE, "gradient_allreduce_op": "mean"})  # its default
 
 
+def test_two_spellings_of_one_key_are_refused_by_both(validators):
+    config = {**BASE, "zero_optimization": {"prefetch_bucket_size": 10, "stage3_prefetch_bucket_size": 10}}
+    assert any("another spelling" in p.message for p in validate(config, LATEST_KNOWN).problems)
+    assert schema_error_paths(validators[LATEST_KNOWN], config) == {"zero_optimization"}
+
+
+@pytest.mark.parametrize("type_name", ["adamw", "ADAMW", "AdamW"])
+def test_params_follow_a_deepspeed_optimizer_named_in_any_case(validators, type_name):
+    config = {**BASE, "optimizer": {"type": type_name, "params": {"lr": "fast", "lrr": 1}}}
+    expected = {"optimizer.params.lr", "optimizer.params.lrr"}
+    assert structural_paths(validate(config, LATEST_KNOWN)) == expected
+    assert schema_error_paths(validators[LATEST_KNOWN], config) == expected
+
+
+def test_the_old_boolean_form_of_zero_optimization_is_accepted_by_both(validators):
+    for value in (True, False):
+        config = {**BASE, "zero_optimization": value}
+        assert validate(config, LATEST_KNOWN).ok and not schema_error_paths(validators[LATEST_KNOWN], config)
+
+
 # --- the corpus of real files ---
 
 def corpus_reports(target: str) -> Iterator[Tuple[Path, Dict[str, Any], FileReport]]:
