@@ -180,6 +180,27 @@ def test_keys_newer_than_the_target_are_refused(validators):
     assert not schema_error_paths(validators["0.19.5"], {**BASE, "gradient_allreduce_op": "mean"})  # its default
 
 
+def test_every_key_has_its_description_and_default(validators):
+    """Each key of each section (in its $defs entry, the top level in the root) with the field's help and default
+    (for the newest DeepSpeed that has the key's section)."""
+    checked = 0
+    for kind, site in ALL_SITES:
+        if kind != "key" or (site.owner is DeepSpeedConfig and site.name in BATCH_KEYS):
+            continue
+        target = LATEST_KNOWN if site.reachable_in(LATEST_KNOWN) else "0.19.5"
+        schema = validators[target].schema
+        model = schema if site.owner is DeepSpeedConfig else schema["$defs"][site.owner.__name__]
+        prop = model["properties"][site.name]
+        assert prop["description"].startswith(site.field.metadata["help"]), site.dotted
+        default = default_of(site.field)
+        if default in (dataclasses.MISSING, REQUIRED) or dataclasses.is_dataclass(default) or not site.known_in(target):
+            assert "default" not in prop, site.dotted
+        else:
+            assert prop["default"] == default and type(prop["default"]) is type(default), site.dotted
+        checked += 1
+    assert checked >= 500
+
+
 def test_two_spellings_of_one_key_are_refused_by_both(validators):
     config = {**BASE, "zero_optimization": {"prefetch_bucket_size": 10, "stage3_prefetch_bucket_size": 10}}
     assert any("another spelling" in p.message for p in validate(config, LATEST_KNOWN).problems)
