@@ -53,15 +53,21 @@ def _one_of(words: typing.Iterable[str], case_insensitive: bool) -> str:
 
 
 INT_TEXT = rf"^\s*[+-]?(?:{_DIGITS}{_FRACTION_ZERO}|\.{_ZEROS})\s*$"
-FLOAT_TEXT = (rf"^\s*[+-]?(?:(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?"
-              rf"|{_letters('nan')}|{_letters('inf')}(?:{_letters('inity')})?)\s*$")
+FINITE_TEXT = rf"^\s*[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE][+-]?{_DIGITS})?\s*$"
+FLOAT_TEXT = rf"{FINITE_TEXT}|^\s*[+-]?(?:{_letters('nan')}|{_letters('inf')}(?:{_letters('inity')})?)\s*$"
 BOOL_TEXT = _one_of(sorted(_TRUE | _FALSE), case_insensitive=True)
 # Under $defs, shared by every key of a pydantic section.
 TEXT_DEFS = {
     "BooleanText": {"type": "string", "pattern": BOOL_TEXT, "description": "text DeepSpeed reads as a boolean"},
     "IntegerText": {"type": "string", "pattern": INT_TEXT, "description": "text DeepSpeed reads as an integer"},
     "NumberText": {"type": "string", "pattern": FLOAT_TEXT, "description": "text DeepSpeed reads as a number"},
+    "FiniteNumberText": {"type": "string", "pattern": FINITE_TEXT,
+                         "description": "text DeepSpeed reads as a finite number"},
 }
+# The metadata of ``_field.doc`` the schema states (help, constraints, versions, spellings, "auto", the value's
+# model): a key declared with another is a fact the schema would miss (tests/test_json_schema.py checks).
+EXPRESSED = frozenset({"help", "ge", "gt", "le", "choices", "case_insensitive", "finite", "nonempty", "since", "until",
+                       "legacy", "instead", "aliases", "auto", "type", "model_key", "models"})
 # what ``given_batch_value`` reads as "derive this batch key": "auto" in any case, or dsconf's own resolver
 BATCH_DERIVED = rf"^\s*{_letters(AUTO)}\s*$|^\$\{{dsconf\.batch"
 
@@ -306,8 +312,8 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
         args = typing.get_args(tp)
         values = _value(args[1], {}, EXACT) if len(args) == 2 else {}
         return {"type": "object", "additionalProperties": values} if values else {"type": "object"}
-    if origin is typing.Union:
-        return _any_of([_value(a, meta, reading) for a in typing.get_args(tp) if a is not type(None)])
+    if origin is typing.Union:  # each member with the choices of its own type ("auto" for a str, ...)
+        return _any_of([_value(a, _member_meta(meta, a), reading) for a in typing.get_args(tp) if a is not type(None)])
     choices = meta.get("choices")
     if tp is bool:
         numbers = {"type": "integer", "enum": [0, 1], "description": "DeepSpeed reads 0/1 as false/true"}
@@ -315,6 +321,8 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
         return _any_of([{"type": "boolean"}] + ([numbers] if reading != EXACT else []) + ([text] if reading == LAX
                                                                                           else []))
     if tp is str:
+        if meta.get("nonempty"):
+            return {**_value(tp, {k: v for k, v in meta.items() if k != "nonempty"}, reading), "minLength": 1}
         if choices is None:
             return {"type": "string"}
         if meta.get("case_insensitive"):  # DeepSpeed lower-cases the value before comparing
@@ -326,9 +334,11 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
             number["enum"] = list(choices)
         if reading != LAX:
             return number
-        # pydantic's lax mode: true/false are 1/0, and numbers may be written as text (its range then goes unchecked)
-        flags = [b for b in (False, True) if _allowed(int(b), meta)]
-        text: Dict[str, Any] = {"$ref": "#/$defs/IntegerText" if tp is int else "#/$defs/NumberText"}
+        # pydantic's lax mode: true/false are 1/0 (not where DeepSpeed requires a finite number: its validator refuses
+        # a boolean first), and numbers may be written as text (their range then goes unchecked)
+        flags = [] if meta.get("finite") else [b for b in (False, True) if _allowed(int(b), meta)]
+        text: Dict[str, Any] = {"$ref": "#/$defs/IntegerText" if tp is int else
+                                "#/$defs/FiniteNumberText" if meta.get("finite") else "#/$defs/NumberText"}
         if choices is not None and tp is int:
             text = {"type": "string", "pattern": "|".join(_int_text(c) for c in choices)}
         flag = [{"type": "boolean", **({"enum": flags} if len(flags) == 1 else {})}] if flags else []
@@ -336,6 +346,15 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
     if tp is Any:
         return {}
     raise TypeError(f"no JSON Schema for {tp!r}")
+
+
+def _member_meta(meta: typing.Mapping[str, Any], member: Any) -> typing.Mapping[str, Any]:
+    """A Union's metadata as it applies to one member: the choices of the member's type, if any."""
+    if meta.get("choices") is None:
+        return meta
+    own = [c for c in meta["choices"] if type(c) is member or (member is float and type(c) is int)]
+    rest = {k: v for k, v in meta.items() if k != "choices"}
+    return {**rest, "choices": own} if own else rest
 
 
 def _range(meta: typing.Mapping[str, Any]) -> Dict[str, Any]:
