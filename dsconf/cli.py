@@ -1,6 +1,6 @@
 """The ``dsconf`` command: show and check DeepSpeed configs composed from dsconf's groups; explain a key; diff two
 configs; validate and import existing DeepSpeed config files; estimate model-state memory under each ZeRO option
-(DeepSpeed's estimators); report a sweep's metrics as HTML."""
+(DeepSpeed's estimators); report a sweep's metrics as HTML; write a JSON Schema of DeepSpeed's config for editors."""
 
 from __future__ import annotations
 
@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--gpu-memory", type=float, default=None, metavar="GiB",
                           help="memory of one GPU: say which rows fit")
     estimate.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    schema = sub.add_parser("schema", help="write a JSON Schema of DeepSpeed's config file for editors (completion "
+                            "and errors as you type; cross-field rules stay with `dsconf validate`)")
+    schema.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
+    schema.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
     report = sub.add_parser("report", help="write SWEEP_DIR/report.html: the summary table, a plot per metric "
                             "across jobs, the jobs' loss curves (needs the dsconf[report] extra)")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's dir (hydra.sweep.dir)")
@@ -116,6 +120,8 @@ def _run(args: argparse.Namespace) -> int:
         return diff.run(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "schema":
+        return _schema(args)
 
     from dsconf.composition import compose
 
@@ -205,6 +211,31 @@ def _estimate(args: argparse.Namespace) -> int:
         print("\n".join(est.render_table(rows, params=params, largest_layer_params=largest,
                                          gpus_per_node=args.gpus_per_node, nodes=args.nodes,
                                          gpu_memory_gib=args.gpu_memory)))
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    """Exit 0 with the schema on stdout or in --output; 2 for a version dsconf does not know or an unwritable file."""
+    from dsconf.json_schema import UnknownVersion, checked_version, json_schema, newer_than_known
+
+    try:
+        target = checked_version(args.deepspeed_version)
+    except UnknownVersion as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    if newer_than_known(target):
+        print(f"dsconf: warning: DeepSpeed {target}: {newer_than_known(target)}", file=sys.stderr)
+    text = json.dumps(json_schema(target), indent=2) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text)
+    except OSError as err:
+        print(f"dsconf: cannot write {args.output}: {err.strerror}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    print(f"wrote {args.output}: JSON Schema of DeepSpeed {target}'s config")
     return 0
 
 

@@ -12,6 +12,8 @@ from typing import Optional, Tuple
 
 # Newest DeepSpeed whose rules dsconf knows; the target when DeepSpeed is not installed.
 LATEST_KNOWN = "0.19.8"
+# Oldest DeepSpeed dsconf models (the ``deepspeed`` extra's floor): the schema's version gates start there.
+OLDEST_KNOWN = "0.19.5"
 
 
 def parse_version(text: str) -> Tuple[int, ...]:

@@ -47,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console")
 COMMAND = re.compile(r"(?:\.venv/bin/)?(?:dsconf|python) ")
-QUICK_DSCONF = ("show", "check", "explain", "describe", "diff", "validate", "import", "estimate", "groups")
+QUICK_DSCONF = ("show", "check", "explain", "describe", "diff", "validate", "import", "estimate", "groups", "schema")
 PRINTS_ONLY = ("--help", "-h", "--cfg", "-c", "--shell-completion", "-sc", "--info", "-i")
 MIN_QUICK = 18  # the README shows 20 today: a reformat that hides them from this reader fails here
 # dsconf's refusal of fp16 where DeepSpeed's accelerator lacks it (dsconf.hardware): the commands here run on
