@@ -101,10 +101,9 @@ def _rank_contradictions(found: Environment, dist: Mapping[str, Any], defaults: 
     problems = []
     nproc = dist.get("nproc_per_node", 1)
     if _set(nproc, defaults["nproc_per_node"]) and resolve_nproc_per_node(nproc) > 1:
-        problems.append(Problem("dist.nproc_per_node", f"{nproc!r} would start ranks in each of the "
-                                f"{rank.world_size} process(es) {found.title} started as ranks ({world}): ranks "
-                                "would multiply", "drop dist.nproc_per_node: choose the number of ranks with the "
-                                "launcher"))
+        problems.append(Problem("dist.nproc_per_node", f"{nproc} would start {resolve_nproc_per_node(nproc)} ranks "
+                                f"in each of the {rank.world_size} processes {found.title} started ({world}): ranks "
+                                "would multiply", "drop dist.nproc_per_node: the launcher decides the ranks"))
     nnodes = dist.get("nnodes", "1")
     if _set(nnodes, defaults["nnodes"]) and rank.world_size % rank.local_world_size == 0:
         nodes = rank.world_size // rank.local_world_size
