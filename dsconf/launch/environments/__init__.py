@@ -5,7 +5,7 @@ order   environment                           recognised by                     
 ======  ====================================  ====================================================  ==========
 1       torchrun, DeepSpeed's launcher        RANK, WORLD_SIZE and LOCAL_RANK (``torchrun``)        a rank
 2       Open MPI                              OMPI_COMM_WORLD_RANK (``mpi``)                        a rank
-3       MPICH, Intel MPI                      MPI_LOCALRANKID, or PMI_RANK with PMI_SIZE > 1        a rank
+3       MPICH, Intel MPI                      MPI_LOCALRANKID (or PMI_RANK, PMI_SIZE > 1, no SLURM) a rank
 4       SLURM                                 SLURM_PROCID with SLURM_NTASKS > 1 (``slurm``)        a rank
 5       submitit's local executor             SUBMITIT_LOCAL_GLOBALID with SUBMITIT_LOCAL_NTASKS>1  a rank
 6       Kubeflow torch runtime / nprocPerNode PET_* (``kubeflow``)                                  ``dist``
@@ -15,8 +15,8 @@ order   environment                           recognised by                     
 
 The order settles environments that overlap: a torchrun or DeepSpeed rank inside a Kubeflow pod or a SLURM job is
 a rank of that launcher (1 first); ``mpirun`` inside a SLURM allocation starts ranks whose SLURM variables describe
-MPI's daemons (2 and 3 before 4), while ``srun --mpi=pmi2`` sets PMI_RANK in tasks SLURM describes (4 handles
-them, as 3 asks for MPICH's own MPI_LOCALRANKID); PyTorchJob gives a pod with ``nprocPerNode`` RANK and WORLD_SIZE
+MPI's daemons (2 and 3 before 4), while ``srun --mpi=pmi2`` sets PMI_RANK without Hydra's MPI_LOCALRANKID in tasks
+SLURM describes (3 leaves them to 4); PyTorchJob gives a pod with ``nprocPerNode`` RANK and WORLD_SIZE
 of the pod too (6 before 7).
 
 ``settled_dist`` joins an environment with the job's ``dist``: the user's ``dist.*`` settings win wherever the
@@ -70,12 +70,14 @@ def export_rank(found: Environment, environ: Optional[dict[str, str]] = None) ->
 
 def settled_dist(found: Optional[Environment], dist: Mapping[str, Any]) -> dict[str, Any]:
     """``dist`` (every key, defaults included) with the environment's settings; contradictions are errors."""
+    from dataclasses import asdict
+
     from dsconf.schema.dist import DistConfig
 
     merged = dict(dist)
     if found is None:
         return merged
-    defaults = {name: f.default for name, f in DistConfig.__dataclass_fields__.items()}
+    defaults = asdict(DistConfig())
     problems = _rank_contradictions(found, merged, defaults) if found.in_place else []
     for key, value in found.dist.items():
         user = merged.get(key, defaults.get(key))

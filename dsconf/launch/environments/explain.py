@@ -8,6 +8,7 @@ setting or variable it came from. MPI is never asked anything here (an address o
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any, Optional
 
 from dsconf.launch.environments import ORDER, detect, settled_dist
@@ -43,7 +44,7 @@ def explain_launch(dist: Mapping[str, Any], environ: Optional[Mapping[str, str]]
     from dsconf.launch.plan import plan_job
 
     plan = plan_job(settled)
-    defaults = {name: f.default for name, f in DistConfig.__dataclass_fields__.items()}
+    defaults = asdict(DistConfig())
 
     def why(key: str) -> str:
         if found is not None and key in found.sources and (key in found.dist or key in found.defaults):

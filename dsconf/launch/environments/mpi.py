@@ -81,15 +81,22 @@ def master_address(env: Mapping[str, str], one_node: bool, sources: dict[str, st
         if host:
             sources["MASTER_ADDR"] = f"the first host of the hostfile {path} ({var})"
             return host
-    import importlib.util
-
-    if importlib.util.find_spec("mpi4py") is None:
+    if not _mpi4py_installed():
         raise ConfigError(Problem("MASTER_ADDR", "is needed: the job's ranks are on several nodes and nothing here "
                                   "says which one is rank 0's",
                                   "export MASTER_ADDR=<rank 0's host> to every rank (mpirun -x MASTER_ADDR), give "
                                   "MPI a hostfile through OMPI_MCA_orte_default_hostfile, or pip install mpi4py"))
     sources["MASTER_ADDR"] = "rank 0's address, sent to every rank through MPI (mpi4py)"
     return rank0_address() if query else "(rank 0's, when the job starts)"
+
+
+def _mpi4py_installed() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("mpi4py") is not None
+    except (ImportError, ValueError):  # a broken or blocked install
+        return False
 
 
 def master_port(env: Mapping[str, str]) -> tuple[int, str]:
@@ -149,8 +156,9 @@ def _read_open_mpi(env: Mapping[str, str], gpus: Optional[int] = None, query: bo
 
 
 def _hydra_present(env: Mapping[str, str]) -> bool:
-    # srun --mpi=pmi2 sets PMI_RANK too: SLURM's adapter comes first, and a job of one task is no job to join
-    return env.get("MPI_LOCALRANKID") is not None or (env.get("PMI_RANK") is not None
+    # Hydra's own MPI_LOCALRANKID; PMI_RANK alone only outside SLURM (srun --mpi=pmi2 sets it in tasks SLURM
+    # describes) and in a job of more than one process
+    return env.get("MPI_LOCALRANKID") is not None or (env.get("PMI_RANK") is not None and not env.get("SLURM_PROCID")
                                                        and (env.get("PMI_SIZE") or "1").strip() != "1")
 
 
@@ -161,4 +169,4 @@ def _read_hydra(env: Mapping[str, str], gpus: Optional[int] = None, query: bool 
 OPEN_MPI = Adapter(name="openmpi", title="Open MPI (mpirun/mpiexec)", present=_open_mpi_present, read=_read_open_mpi,
                    variables=(*OPEN_MPI_VARS, *USER_VARS, *HOSTFILE_VARS, *JOB_ID_VARS))
 MPICH = Adapter(name="mpich", title="MPICH, Intel MPI (mpirun/mpiexec)", present=_hydra_present, read=_read_hydra,
-                variables=(*HYDRA_VARS, *USER_VARS, *HOSTFILE_VARS, *JOB_ID_VARS))
+                variables=(*HYDRA_VARS, *USER_VARS, *HOSTFILE_VARS, *JOB_ID_VARS, "SLURM_PROCID"))
