@@ -4,6 +4,7 @@ the dist settings it yields, the detection order where environments overlap, par
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -276,3 +277,44 @@ def test_other_hydra_apps_still_refuse_local_rank(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(app), "--local_rank=1"], capture_output=True, text=True,
                           cwd=str(tmp_path), timeout=60)
     assert proc.returncode == 2 and "unrecognized arguments: --local_rank=1" in proc.stderr
+
+
+# --------------------------------------------------------------------------------- dsconf show --explain-launch
+def explain(monkeypatch, capsys, env: dict, *overrides: str) -> tuple:
+    from dsconf.cli import main
+
+    for name in [*os.environ]:
+        if name.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_", "SUBMITIT_", "PET_", "SKYPILOT_")) or name in (
+                "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code = main(["show", "--explain-launch", *overrides])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_explain_launch_of_a_kubeflow_pod(monkeypatch, capsys) -> None:
+    code, out, _ = explain(monkeypatch, capsys, trainer_v2(1), "dist.timeout=60")
+    assert code == 0
+    assert "environment: Kubeflow (Trainer's torch runtime, PyTorchJob with nprocPerNode) (adapter kubeflow, " \
+           "tried 6 of 8)" in out
+    for line in ("  PET_NODE_RANK=1", "  nodes: 2 (PET_NNODES=2)", "  ranks per node: 2 (PET_NPROC_PER_NODE=2)",
+                 "  node rank: 1 (PET_NODE_RANK=1)", "  rendezvous: static at job-node-0-0.job:29500 "
+                 "(PET_MASTER_ADDR=job-node-0-0.job, PET_MASTER_PORT=29500)", "  world size: 4;"):
+        assert line in out, out
+
+
+def test_explain_launch_of_an_mpi_rank_and_of_no_environment(monkeypatch, capsys) -> None:
+    code, out, _ = explain(monkeypatch, capsys, ompi(1))
+    assert code == 0 and "this process is rank 1 of 2, started by Open MPI (mpirun/mpiexec)" in out
+    assert "  master: 127.0.0.1 (this host: every rank of the job is on it)" in out
+    assert "  OMPI_COMM_WORLD_LOCAL_SIZE=2" in out
+    code, out, _ = explain(monkeypatch, capsys, {}, "dist.nproc_per_node=2")
+    assert code == 0 and out.startswith("environment: none detected, dsconf's dist decides")
+    assert "  ranks per node: 2 (dist.nproc_per_node=2, yours)" in out and "world size: 2;" in out
+
+
+def test_explain_launch_reports_a_contradiction_as_the_run_would(monkeypatch, capsys) -> None:
+    code, out, err = explain(monkeypatch, capsys, ompi(0), "dist.nproc_per_node=2")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "ranks would multiply" in err
