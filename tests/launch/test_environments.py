@@ -84,7 +84,8 @@ def test_open_mpi_master_address_yours_then_the_hostfile_then_mpi(tmp_path: Path
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("# Kubeflow's MPI hostfile\n\njob-launcher.job.default.svc slots=2\njob-worker-0 slots=2\n")
     found = detect({**two_nodes, "OMPI_MCA_orte_default_hostfile": str(hostfile)})
-    assert found.rank.master_addr == "job-launcher.job.default.svc" and found.rank.node_rank == 1
+    assert found.rank.master_addr == "job-launcher.job.default.svc"
+    assert (found.rank.rank, found.rank.local_rank, found.rank.node_rank, found.rank.local_world_size) == (3, 1, 1, 2)
     assert str(hostfile) in found.sources["MASTER_ADDR"]
     hostfile.write_text("node7:4\nnode8:4\n")  # MPICH's form
     assert detect({**hydra_mpi(5, size=8, local_size=4), "HYDRA_HOST_FILE": str(hostfile)}).rank.master_addr == "node7"
