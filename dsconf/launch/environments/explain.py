@@ -27,7 +27,7 @@ def explain_launch(dist: Mapping[str, Any], environ: Optional[Mapping[str, str]]
         position = next(i for i, a in enumerate(ORDER, 1) if a.name == found.name)
         lines = [f"environment: {found.title} (adapter {found.name}, tried {position} of {len(ORDER)})",
                  "variables read:"]
-        lines += [f"  {name}={value}" for name, value in found.read.items()] or ["  (none)"]
+        lines += [f"  {name}={value}".replace("\n", "\\n") for name, value in found.read.items()] or ["  (none)"]
     if found is not None and found.rank is not None:
         rank, sources = found.rank, found.sources
         lines += [f"this process is rank {rank.rank} of {rank.world_size}, started by {found.title}: dsconf runs the "
