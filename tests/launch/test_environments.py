@@ -310,9 +310,9 @@ def test_explain_launch_of_an_mpi_rank_and_of_no_environment(monkeypatch, capsys
     code, out, _ = explain(monkeypatch, capsys, ompi(1))
     assert code == 0 and "this process is rank 1 of 2, started by Open MPI (mpirun/mpiexec)" in out
     assert "  master: 127.0.0.1 (this host: every rank of the job is on it)" in out
+    assert "  OMPI_COMM_WORLD_LOCAL_SIZE=2" in out
     _, out, _ = explain(monkeypatch, capsys, skypilot(1))
     assert "  SKYPILOT_NODE_IPS=10.0.0.1\\n10.0.0.2" in out and "  nodes: 2 (SKYPILOT_NUM_NODES=2)" in out
-    assert "  OMPI_COMM_WORLD_LOCAL_SIZE=2" in out
     code, out, _ = explain(monkeypatch, capsys, {}, "dist.nproc_per_node=2")
     assert code == 0 and out.startswith("environment: none detected, dsconf's dist decides")
     assert "  ranks per node: 2 (dist.nproc_per_node=2, yours)" in out and "world size: 2;" in out
