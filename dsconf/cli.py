@@ -33,6 +33,10 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--config-name", default="dsconf", help="primary config name (default: dsconf)")
         cmd.add_argument("--keep-auto", action="store_true", default=None,
                          help="keep HF's 'auto' values (the config goes to HF Trainer/Accelerate)")
+        if name == "show":
+            cmd.add_argument("--explain-launch", action="store_true",
+                             help="instead of the JSON: what the launcher would do here and why (the environment "
+                                  "detected, the variables it read, nodes, ranks per node, master, rendezvous)")
     validate = sub.add_parser("validate", help="check existing DeepSpeed config files (JSON, hjson, YAML)")
     validate.add_argument("files", nargs="+", help="DeepSpeed config files")
     importer = sub.add_parser("import", help="turn a DeepSpeed config file into a Hydra primary config using dsconf")
@@ -123,6 +127,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "schema":
         return _schema(args)
 
+    if args.command == "show" and args.explain_launch:
+        return _explain_launch(args)
     from dsconf.composition import compose
 
     with warnings.catch_warnings(record=True) as caught:
@@ -138,6 +144,17 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(f"OK: train_batch_size={ds['train_batch_size']} micro={ds['train_micro_batch_size_per_gpu']} "
               f"gas={ds['gradient_accumulation_steps']}")
+    return 0
+
+
+def _explain_launch(args: argparse.Namespace) -> int:
+    from dsconf.composition import compose_config
+    from dsconf.launch.environments.explain import explain_launch
+    from dsconf.launch.plan import dist_settings
+
+    config_dir = os.path.abspath(args.config_dir) if args.config_dir else None
+    cfg = compose_config(args.overrides, config_dir=config_dir, config_name=args.config_name)
+    print("\n".join(explain_launch(dist_settings(cfg))))
     return 0
 
 

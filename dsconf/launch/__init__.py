@@ -5,6 +5,9 @@
   (the elastic agent, run in a process of its own), ``failures`` (``JobFailed`` and how a job ends),
   ``hydra_support`` (what the launcher reads from Hydra); ``_worker`` is what every rank runs first.
 - ``dsconf.launch.entry``: ``@dsconf.main``, the ``@hydra.main`` whose task runs on every rank.
+- ``dsconf.launch.environments``: where the job runs (torchrun, DeepSpeed's launcher, MPI, SLURM, Kubeflow,
+  SkyPilot): one adapter each, tried in a documented order; a process they started runs in place as a rank, or
+  starts its node's ranks from the ``dist`` settings they state.
 - ``dsconf.launch.sweep``: the jobs of a ``-m`` sweep, parallel packing.
 - ``dsconf.launch.report``: the sweep's summary (with the jobs' metrics) and ``dsconf report``'s HTML page.
 - ``dsconf.launch.context``: what a running rank can ask (the job's DeepSpeed dict, its dir).

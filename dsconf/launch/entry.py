@@ -7,15 +7,18 @@
         engine, *_ = deepspeed.initialize(model=..., config=dsconf.launch.context.deepspeed_config())
 
 ``python train.py dist.nproc_per_node=2`` composes and validates the config once, then starts 2 ranks
-through torch elastic (``dsconf.launch.core.launch``) and waits for them. The same script runs *in place*
-(no relaunch) when the process already is a rank of a distributed job:
+through torch elastic (``dsconf.launch.core.launch``) and waits for them. Where something else starts the
+processes, ``dsconf.launch.environments`` says what this one is (the adapters, and the order they are tried in):
 
-- under ``torchrun`` (or any launcher that sets RANK and WORLD_SIZE);
-- under SLURM with one task per rank (plain ``srun``/``sbatch``, or Hydra's submitit launcher with
-  ``tasks_per_node=N``): the torch variables are exported from SLURM's (``dsconf.launch.scheduler``), each
-  task's LOCAL_RANK indexing a GPU of its own inside the allocation.
+- a rank already (torchrun, DeepSpeed's ``deepspeed`` launcher, ``mpirun``/``mpiexec``, SLURM's ``srun``, Hydra's
+  submitit launcher, a PyTorchJob pod per rank): the script runs *in place*, torch's variables exported from the
+  environment's where it has its own, and the world size is the environment's;
+- one node's launcher (a Kubeflow pod with torchrun's ``PET_*`` variables, a SkyPilot node): the environment's
+  nodes, ranks per node and rendezvous become ``dist`` settings, and dsconf starts this node's ranks.
 
-In both cases the world size comes from the environment (``dsconf.world.env_world_size``).
+The user's ``dist.*`` settings win where the environment says nothing; one that contradicts it is a one-line
+error. DeepSpeed's launcher appends ``--local_rank=N`` to the script's arguments: a dsconf app drops it before Hydra
+parses the command line (other Hydra apps are left alone).
 
 Errors of a single run end the process without a traceback from dsconf's own frames: a config mistake
 prints its problems (exit 2), a failed rank prints that rank's error (exit 1), an interrupt (Ctrl-C, SIGTERM)
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from typing import Any, Callable, Optional
 
 from dsconf.config_source import dsconf_app
@@ -60,6 +64,10 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
         @functools.wraps(app)
         def entry(*args: Any, **kwargs: Any) -> Any:
             try:
+                drop_launcher_arguments()
+            except ConfigError as err:
+                exit_with(str(err), EXIT_CONFIG_ERROR)
+            try:
                 with dsconf_app():  # the Hydra app this creates is dsconf's: its groups, its command line
                     return app(*args, **kwargs)
             except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
@@ -70,16 +78,25 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
     return decorator
 
 
+def drop_launcher_arguments() -> None:
+    """Take the ``--local_rank=N`` DeepSpeed's launcher appends out of ``sys.argv``, before Hydra parses it."""
+    if any(arg.startswith("--local") for arg in sys.argv[1:]):
+        from dsconf.launch.environments.torchrun import local_rank_dropped
+
+        sys.argv[1:] = local_rank_dropped(sys.argv[1:], os.environ)  # type: ignore[arg-type]
+
+
 def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     """Run ``task_fn(cfg)`` in place if this process is already a rank, else as a new distributed job."""
-    from dsconf.launch.core import launch
+    from dsconf.launch.environments import detect
     from dsconf.launch.failures import JobFailed, JobInterrupted
 
     single_run = not _in_multirun()
     try:
-        if in_distributed_env():
-            return run_in_place(task_fn, cfg)
-        return launch(task_fn, cfg)
+        found = detect()
+        if found is not None and found.in_place:
+            return run_in_place(task_fn, cfg, found)
+        return launch_here(task_fn, cfg, found)
     except ConfigError as err:
         if single_run:
             exit_with(str(err), EXIT_CONFIG_ERROR)
@@ -99,24 +116,25 @@ def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
 
 
 def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
-    """True inside a rank of a running job: torchrun-style variables, or a multi-task SLURM/submitit job."""
-    env = os.environ if environ is None else environ
-    if env.get("RANK") and env.get("WORLD_SIZE"):
-        return True
-    if env.get("SLURM_PROCID") and int(env.get("SLURM_NTASKS", "1") or 1) > 1:
-        return True
-    return int(env.get("SUBMITIT_LOCAL_NTASKS", "1") or 1) > 1 and bool(env.get("SUBMITIT_LOCAL_GLOBALID"))
+    """True inside a rank of a running job: an environment of ``dsconf.launch.environments`` that started it."""
+    from dsconf.launch.environments import detect
+
+    found = detect(environ, query=False)
+    return found is not None and found.in_place
 
 
-def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
-    """This process is one rank: export torch's variables if a scheduler started it, then run the task."""
+def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> Any:
+    """This process is one rank: export torch's variables from the environment's, then run the task."""
+    from dsconf.launch.environments import detect, export_rank, settled_dist
     from dsconf.launch.hydra_support import hydra_output_dir
     from dsconf.launch.job_export import export_deepspeed
-    from dsconf.launch.scheduler import export_scheduler_env
+    from dsconf.launch.plan import dist_settings
     from dsconf.world import env_world_size
 
-    if not (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")):
-        export_scheduler_env()
+    found = found if found is not None else detect()
+    if found is not None:
+        settled_dist(found, dist_settings(cfg))  # a dist setting that contradicts the environment: ConfigError
+        export_rank(found)
     job_dir = os.path.abspath(hydra_output_dir() or os.getcwd())
     world_size = env_world_size() or 1
     write_dir = job_dir if context.rank() == 0 else None  # ds_config.json once per job, by rank 0
@@ -124,6 +142,39 @@ def run_in_place(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
     context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
     return task_fn(cfg)
+
+
+def launch_here(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> Any:
+    """Start this node's ranks: ``dist`` with what the environment states (a Kubeflow pod, a SkyPilot node)."""
+    from dsconf.launch.core import launch
+    from dsconf.launch.environments import settled_dist
+    from dsconf.launch.plan import dist_settings
+
+    if found is None:
+        return launch(task_fn, cfg)
+    dist = settled_dist(found, dist_settings(cfg))
+    set_dist(cfg, dist)  # the task's cfg.dist (and the batch derived from it) is the job that runs
+    return launch(task_fn, cfg, dist=dist)
+
+
+def set_dist(cfg: Any, dist: dict[str, Any]) -> None:
+    """Write the ``dist`` settings that differ into ``cfg.dist`` (an OmegaConf node or a mapping), if it has one."""
+    from dsconf.launch.hydra_support import select
+
+    node = select(cfg, "dist")
+    if node is None:
+        return
+    changed = {key: value for key, value in dist.items() if key in node and node[key] != value}
+    if not changed:
+        return
+    from omegaconf import DictConfig, open_dict, read_write
+
+    if isinstance(node, DictConfig):
+        with read_write(node), open_dict(node):
+            for key, value in changed.items():
+                node[key] = value
+    else:
+        node.update(changed)
 
 
 def _in_multirun() -> bool:

@@ -122,3 +122,66 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# The example (examples/train.py) with a probe: every rank writes its torch variables to $DSCONF_PROBE_OUT, then
+# runs the example's own task (its model, its DeepSpeed training, its metrics.json) on the example's config.
+EXAMPLES = REPO / "examples"
+EXAMPLE_PROBE = f'''
+import json, os, sys
+sys.path.insert(0, {str(EXAMPLES)!r})
+import train as example  # registers the example's schema; its task is example.main.__dsconf_task__
+import dsconf
+
+
+@dsconf.main(config_path={str(EXAMPLES / "conf")!r}, config_name="train", version_base=None)
+def main(cfg):
+    facts = {{k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                                            "MASTER_PORT", "TORCHELASTIC_RUN_ID")}}
+    out = os.environ["DSCONF_PROBE_OUT"]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "rank" + facts["RANK"] + ".json"), "w") as fh:
+        json.dump(facts, fh)
+    return example.main.__dsconf_task__(cfg)
+
+
+if __name__ == "__main__":
+    main()
+'''
+# Variables of the environments dsconf adapts to: a test's processes start without the ones of the test's own run
+LAUNCHER_VAR_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "SLURM_", "SUBMITIT_", "PET_", "SKYPILOT_",
+                         "TORCHELASTIC_")
+TORCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+              "CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "HYDRA_FULL_ERROR")
+
+
+def clean_env(**extra: str) -> Dict[str, str]:
+    """This process's environment without any launcher's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCH_VARS and not k.startswith(LAUNCHER_VAR_PREFIXES)}
+    env.update(extra)
+    return env
+
+
+def run_nodes(commands: List[List[str]], envs: List[Dict[str, str]], logs: List[Path], cwd: Path,
+              timeout: float = 400) -> List[Any]:
+    """Start one process per "node" (its own command and environment, output to its log); their exit codes, or
+    "hung" for one still running at ``timeout`` (then killed)."""
+    procs = []
+    for command, env, log in zip(commands, envs, logs):
+        with open(log, "w") as fh:
+            procs.append(subprocess.Popen(command, cwd=str(cwd), env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                          text=True))
+    deadline = time.monotonic() + timeout
+    codes: List[Any] = []
+    for proc in procs:
+        try:
+            codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append("hung")
+        finally:
+            proc.kill()
+    return codes
+
+
+def logs_text(paths: List[Path], tail: int = 3000) -> str:
+    return "\n".join(f"--- {p}\n{p.read_text()[-tail:]}" for p in paths if p.exists())

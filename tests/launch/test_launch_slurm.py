@@ -1,4 +1,4 @@
-"""dsconf on SLURM: one task per rank, torch's variables from SLURM's alone (``dsconf.launch.scheduler``).
+"""dsconf on SLURM: one task per rank, torch's variables from SLURM's alone (``dsconf.launch.environments.slurm``).
 
 No cluster here: the tests start the tasks themselves with exactly the variables ``srun`` gives each task
 (2 nodes x 4 tasks; both "nodes" are this host under two names), on a simulated GPU host

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 
-from dsconf.launch.scheduler import export_scheduler_env, scheduler_rank
+from dsconf.launch.environments import Rank, detect, export_rank
+
+
+def scheduler_rank(env: dict, gpus: Optional[int] = None) -> Rank:
+    found = detect(env, gpus=gpus)
+    assert found is not None and found.rank is not None
+    return found.rank
+
+
+def export_scheduler_env(env: dict) -> Rank:
+    found = detect(env)
+    assert found is not None and found.name == "slurm"
+    export_rank(found, env)
+    return found.rank
 
 
 def srun_env(procid: int, *, nodes: str = "gpu[07-08]", per_node: str = "4(x2)", ntasks: int = 8, **extra: str) -> dict:
