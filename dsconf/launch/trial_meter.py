@@ -87,8 +87,10 @@ def out_of_memory(err: BaseException) -> bool:
             return True
         if isinstance(current, OSError) and current.errno == errno.ENOMEM:
             return True
-        # accelerators' OOMs that torch reports as RuntimeError: "CUDA error: out of memory", "HIP out of memory"
-        if isinstance(current, RuntimeError) and "out of memory" in str(current).lower():
+        # what torch reports as RuntimeError: an accelerator's "CUDA error: out of memory" or "HIP out of memory",
+        # the CPU allocator's "DefaultCPUAllocator: can't allocate memory"
+        text = str(current).lower()
+        if isinstance(current, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text):
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -43,6 +43,7 @@ class Record:
     reason: str = ""  # why infeasible, pruned or failed (one line)
     extras: Dict[str, str] = field(default_factory=dict)  # the user's dimensions: key -> override
     predicted_memory_bytes: Optional[int] = None
+    memory_limit_bytes: Optional[int] = None  # what the prediction was held against
     peak_memory_bytes: Optional[int] = None
     rank_peak_memory_bytes: List[Optional[int]] = field(default_factory=list)
     memory_measure: str = ""

@@ -130,7 +130,7 @@ class Tuner:
         from dsconf.launch.sweep_check import ComposedJobs, validate_job
 
         composed = ComposedJobs()
-        problems: List[Problem] = []
+        bad: List[Tuple[Candidate, List[Problem]]] = []
         for c in self.candidates:
             overrides = self._overrides(c)
             try:
@@ -138,14 +138,15 @@ class Tuner:
                 validate_job(job_cfg)
                 composed.configs[tuple(overrides)] = job_cfg
             except ConfigError as err:
-                problems += [Problem(p.path, f"candidate {c.key}: {p.message}", p.hint) for p in err.problems]
+                bad.append((c, err.problems))
             except Exception as err:
                 if not hydra_private.raised_while_composing(exception_chain(err)):
                     raise
-                problem = hydra_error_with_overrides(err, overrides, self.config).problems[0]
-                problems.append(Problem(problem.path, f"candidate {c.key}: {problem.message}", problem.hint))
-        if problems:
-            raise ConfigError(problems)
+                bad.append((c, hydra_error_with_overrides(err, overrides, self.config).problems[:1]))
+        if bad:  # the first bad candidate's problems: a mistake usually repeats in every candidate with that value
+            c, problems = bad[0]
+            others = f" (and {len(bad) - 1} more candidate(s))" if len(bad) > 1 else ""
+            raise ConfigError([Problem(p.path, f"candidate {c.key}{others}: {p.message}", p.hint) for p in problems])
         if hasattr(self.launcher, "use_composed_jobs"):  # dsconf's launcher: each trial's config composed once
             self.launcher.use_composed_jobs(composed)
 
@@ -314,6 +315,7 @@ class Tuner:
         for c in self.candidates:
             record = self.records[c.key]
             record.predicted_memory_bytes = self.prior.predict(c)
+            record.memory_limit_bytes = self.prior.limit
             reason = self.prior.over(c)
             if reason and c.key in self.open:
                 self._prune(c, reason)
