@@ -49,24 +49,30 @@ class Plotter:
 
     def grouped(self, title: str, ylabel: str, xlabel: str, values: Sequence[Tuple[str, str, float]],
                 group_title: str = "") -> str:
-        """Bars of ``(x, group, value)``: x categories along the axis, one bar per group inside each (first-seen
-        order), one legend entry per group; a non-finite value leaves its bar out."""
+        """``(x, group, value)``: x categories along the axis, one bar per group inside each (first-seen order), one
+        legend entry per group; a non-finite value leaves its bar out. Values far from zero and close together
+        (losses) are drawn as points on an axis fitted to them, where bars from zero would all look alike."""
         xs = list(dict.fromkeys(x for x, _, _ in values))
         groups = list(dict.fromkeys(g for _, g, _ in values))
         fig, ax = self._axes()
         width = 0.8 / max(1, len(groups))
         finite = [v for _, _, v in values if math.isfinite(v)]
+        bars = not finite or min(finite) <= 0 or min(finite) < 0.5 * max(finite)
         for gi, group in enumerate(groups):
             at = {x: v for x, g, v in values if g == group and math.isfinite(v)}
             positions = [xs.index(x) - 0.4 + width * (gi + 0.5) for x in xs if x in at]
-            ax.bar(positions, [at[x] for x in xs if x in at], width=width * 0.92, label=group or None)
+            heights = [at[x] for x in xs if x in at]
+            if bars:
+                ax.bar(positions, heights, width=width * 0.92, label=group or None)
+            else:
+                ax.plot(positions, heights, "o", markersize=8, label=group or None)
         if not finite:
             ax.text(0.5, 0.5, "no finite value", transform=ax.transAxes, ha="center", va="center")
         ax.set_xticks(range(len(xs)), xs, rotation=15 if max((len(x) for x in xs), default=0) > 12 else 0,
                       ha="right" if max((len(x) for x in xs), default=0) > 12 else "center", fontsize="small")
         ax.set(title=title, ylabel=ylabel, xlabel=xlabel)
         ax.ticklabel_format(axis="y", useOffset=False)
-        if finite and min(finite) >= 0:
+        if finite and bars and min(finite) >= 0:
             ax.set_ylim(0, max(finite) * 1.12 or 1)
         if any(groups):
             ax.legend(fontsize="small", title=group_title or None, title_fontsize="small")
