@@ -5,8 +5,9 @@
   midway leaves what it had;
 - ``summary.md``: the same as a table, under a header with the study's facts and the winner;
 - ``best.yaml``: the winner as a Hydra primary config: dsconf's base config with the trial's group choices, then
-  the trial's whole config (``python train.py --config-dir SWEEP_DIR --config-name best``; ``dsconf show
-  --config-dir SWEEP_DIR --config-name best`` composes it).
+  the trial's whole config, interpolations kept (``${hydra:runtime.output_dir}`` is the new run's): ``python
+  train.py --config-dir SWEEP_DIR --config-name best`` trains it, ``dsconf show --config-dir SWEEP_DIR
+  --config-name best`` composes it.
 
 Standard library (and OmegaConf for ``best.yaml``) only: ``dsconf report`` reads ``trials.json`` back.
 """
@@ -144,14 +145,15 @@ def write_best(sweep_config: Any, winner: Record, sweep_dir: Path, group_names: 
     """``best.yaml``: dsconf's base config with the winning trial's group choices, then its whole config."""
     from omegaconf import OmegaConf
 
-    from dsconf.launch.hydra_support import resolved_copy, task_cfg
+    from dsconf.launch.hydra_support import task_cfg
     from dsconf.names import BASE_CONFIG_NAME
 
     choices = dict(OmegaConf.select(sweep_config, "hydra.runtime.choices") or {})
     defaults: List[Any] = [BASE_CONFIG_NAME]
     defaults += [{f"override {group}": choices[group]} for group in group_names
                  if choices.get(group) not in (None, "null")]
-    body = OmegaConf.to_container(resolved_copy(task_cfg(sweep_config)), resolve=True, enum_to_str=True)
+    # interpolations kept: ${hydra:runtime.output_dir} and ${now:...} are the new run's, not the trial's
+    body = OmegaConf.to_container(task_cfg(sweep_config), resolve=False, enum_to_str=True)
     assert isinstance(body, dict)
     text = OmegaConf.to_yaml(OmegaConf.create({"defaults": [*defaults, "_self_"], **body}))
     speed = f"{winner.throughput:.1f} samples/s" if winner.throughput else "measured"

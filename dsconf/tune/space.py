@@ -162,14 +162,22 @@ def leanest(all_candidates: Sequence[Candidate]) -> Candidate:
 
 
 def overrides(candidate: Candidate, space: Space, global_batch: int, world_size: int,
-              nvme_path: Optional[str]) -> List[str]:
-    """The Hydra overrides of the candidate's trial: the user's, then the candidate's stage, offload and batch."""
+              nvme_path: Optional[str], training_args: Optional[str] = None) -> List[str]:
+    """The Hydra overrides of the candidate's trial: the user's, then the candidate's stage, offload and batch.
+
+    With HF's Trainer (``training_args``: the config's ``hf.training_args`` path) the batch is the Trainer's to set:
+    its data loader uses ``per_device_train_batch_size``, and dsconf fills DeepSpeed's "auto" batch keys from it.
+    """
     optimizer_device, param_device = OFFLOADS[candidate.offload]
     accumulation = global_batch // (candidate.micro_batch * world_size)
-    out = [*space.fixed, *(override for _, override in candidate.extras),
-           f"{DEEPSPEED_NODE}.train_batch_size={global_batch}",
-           f"{DEEPSPEED_NODE}.train_micro_batch_size_per_gpu={candidate.micro_batch}",
-           f"{DEEPSPEED_NODE}.gradient_accumulation_steps={accumulation}",
+    if training_args:
+        batch = [f"{training_args}.per_device_train_batch_size={candidate.micro_batch}",
+                 f"{training_args}.gradient_accumulation_steps={accumulation}"]
+    else:
+        batch = [f"{DEEPSPEED_NODE}.train_batch_size={global_batch}",
+                 f"{DEEPSPEED_NODE}.train_micro_batch_size_per_gpu={candidate.micro_batch}",
+                 f"{DEEPSPEED_NODE}.gradient_accumulation_steps={accumulation}"]
+    out = [*space.fixed, *(override for _, override in candidate.extras), *batch,
            f"{ZERO}.stage={candidate.stage}",
            f"{ZERO}.offload_optimizer.device={optimizer_device}",
            f"{ZERO}.offload_param.device={param_device}"]

@@ -57,6 +57,7 @@ class JobShape:
     nproc_per_node: int
     nodes: int
     global_batch: int
+    training_args: Optional[str] = None  # HF's Trainer sets the batch: the config's hf.training_args path
 
 
 class Tuner:
@@ -104,7 +105,7 @@ class Tuner:
     def _shape(self, job_cfg: Any) -> JobShape:
         from omegaconf import OmegaConf
 
-        from dsconf.launch.hydra_support import select, task_cfg
+        from dsconf.launch.hydra_support import as_sweep_job, select, task_cfg
         from dsconf.launch.job_export import export_deepspeed
         from dsconf.launch.plan import dist_settings, plan_job
 
@@ -116,12 +117,17 @@ class Tuner:
         if len(plan.world_sizes) > 1:
             raise ConfigError(Problem("dist.nnodes", f"an elastic node range ({plan.min_nodes}:{plan.max_nodes}): "
                                       "the tuner measures one world size", "give a fixed number of nodes"))
-        deepspeed, _ = export_deepspeed(task, plan.world_size, None)
+        with as_sweep_job(job_cfg):
+            deepspeed, _ = export_deepspeed(task, plan.world_size, None)
         assert deepspeed is not None
-        return JobShape(plan.world_size, plan.nproc_per_node, plan.max_nodes, int(deepspeed["train_batch_size"]))
+        hf = select(task, "hf")
+        training_args = str(select(hf, "training_args")) if select(hf, "training_args") else None
+        return JobShape(plan.world_size, plan.nproc_per_node, plan.max_nodes, int(deepspeed["train_batch_size"]),
+                        training_args)
 
     def _overrides(self, c: Candidate) -> List[str]:
-        return space.overrides(c, self.space, self.shape.global_batch, self.shape.world_size, self.settings.nvme_path)
+        return space.overrides(c, self.space, self.shape.global_batch, self.shape.world_size, self.settings.nvme_path,
+                               self.shape.training_args)
 
     def _check_candidates(self) -> None:
         """Compose and validate every candidate as the launcher would; one ConfigError naming each bad one."""

@@ -318,3 +318,24 @@ def test_the_step_time_is_the_slowest_ranks(script: Path, tmp_path: Path) -> Non
     assert slow >= 0.3 and fast < 0.2, record
     assert record["slowest_rank"] == 1 and record["step_time_s"] == slow
     assert record["samples_per_s"] == pytest.approx(GLOBAL_BATCH / slow)
+
+
+@pytest.mark.slow
+def test_an_hf_trainer_script_is_tuned_through_its_training_args(tmp_path: Path) -> None:
+    """HF's Trainer loads its data by ``training_args.per_device_train_batch_size``: the tuner sets that (and the
+    accumulation), dsconf fills DeepSpeed's "auto" batch keys from it, and the global batch stays the Trainer's."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    sweep_dir = tmp_path / "sweep"
+    proc = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), "-m", "hydra/sweeper=dsconf_tune",
+                "hydra.sweeper.steps=2", "hydra.sweeper.warmup_steps=1", "hydra.sweeper.top_k=0",
+                "hydra.sweeper.space.stage=[2]", "hydra.sweeper.space.offload=[none]",
+                "hydra.sweeper.space.micro_batch=[2,4]", f"hydra.sweep.dir={sweep_dir}"], tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    records = trials(sweep_dir)
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    for r in records:
+        assert f"training_args.per_device_train_batch_size={r['micro_batch']}" in r["overrides"]
+        ds = json.loads((Path(r["job_dir"]) / "ds_config.json").read_text())
+        assert (ds["train_batch_size"], ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (
+            8, r["micro_batch"], 8 // r["micro_batch"])  # the example's 8 x 1 on one rank, kept
+    assert "output_dir: ${hydra:runtime.output_dir}" in (sweep_dir / "best.yaml").read_text()
