@@ -11,7 +11,7 @@
 4. The memory probe (``prior``): the leanest candidate at the two smallest micro batches, as ordinary trials.
    Candidates predicted over the limit are pruned, with their prediction.
 5. The search: a space of at most ``n_trials`` candidates runs in full (a grid), most promising first; a larger one
-   runs the most promising third of the budget, then Optuna's TPE sampler proposes the rest. A candidate that ran out
+   runs the most promising third of the budget left after the probe, then Optuna's TPE sampler proposes the rest. A candidate that ran out
    of memory prunes those that need at least as much (the same or a lower stage, as much or less offload, a micro
    batch as large or larger).
 6. ``top_k``: the best few run again for ``top_k_steps``; the fastest of those is the winner (``best.yaml``).
@@ -168,7 +168,9 @@ class Tuner:
         optuna = _optuna()
         self.storage = self.settings.storage or f"sqlite:///{(self.sweep_dir / STORAGE_FILE).resolve()}"
         _check_storage_support(self.storage)
-        sampler = optuna.samplers.TPESampler(seed=self.settings.seed)
+        # TPE models the trials once the probe's two and the promise-ordered third of the budget have run
+        startup = 2 + max(2, (self.settings.n_trials - 2) // 3)
+        sampler = optuna.samplers.TPESampler(seed=self.settings.seed, n_startup_trials=startup)
         try:
             study = optuna.create_study(study_name=self.settings.study_name, storage=self.storage, sampler=sampler,
                                         direction="maximize", load_if_exists=True)
@@ -335,12 +337,14 @@ class Tuner:
         budget = self.settings.n_trials
         startable = [c for c in self.candidates if c.key in self.open]
         grid = self.measured + len(startable) <= budget
-        startup = budget if grid else max(2, budget // 3)
+        probes = sum(r.probe for r in self.records.values())
+        startup = budget if grid else max(2, (budget - probes) // 3)  # in promise order, after the probe's trials
         self.facts.append(f"search: {'every candidate (a grid)' if grid else f'TPE after {startup} trials'}, most "
                           f"promising first; at most {budget} trials (hydra.sweeper.n_trials)")
         skips = 0
         while self.open and self.measured < budget:
-            chosen = next(iter(self.open.values())) if self.measured < startup or skips >= MAX_SKIPS else None
+            in_order = self.measured - probes < startup or skips >= MAX_SKIPS
+            chosen = next(iter(self.open.values())) if in_order else None
             trial, c = self._ask(chosen)
             if c.key not in self.open:
                 self._tell_known(trial, c)
