@@ -10,8 +10,9 @@
    running when the study was killed is marked failed and runs again.
 4. The memory probe (``prior``): the leanest candidate at the two smallest micro batches, as ordinary trials.
    Candidates predicted over the limit are pruned, with their prediction.
-5. The search: a space of at most ``n_trials`` candidates runs in full (a grid), most promising first; a larger one
-   runs the most promising third of the budget left after the probe, then Optuna's TPE sampler proposes the rest. A candidate that ran out
+5. The search: a space of at most ``n_trials`` candidates runs in full (a grid), most promising first; a larger
+   one runs the most promising third of the budget left after the probe, then Optuna's TPE sampler proposes the
+   rest. A candidate that ran out
    of memory prunes those that need at least as much (the same or a lower stage, as much or less offload, a micro
    batch as large or larger).
 6. ``top_k``: the best few run again for ``top_k_steps``; the fastest of those is the winner (``best.yaml``).
