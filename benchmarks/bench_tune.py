@@ -38,6 +38,7 @@ def study(out: Path, nproc: int, steps: int, warmup: int, extra: List[str], over
            f"hydra.sweeper.warmup_steps={warmup}", f"hydra.sweeper.space.stage=[{','.join(map(str, STAGES))}]",
            f"hydra.sweeper.space.offload=[{','.join(OFFLOADS)}]",
            f"hydra.sweeper.space.micro_batch=[{','.join(map(str, MICRO))}]", *extra, *overrides,
+           "train.steps=100000",  # the trial stops it after warmup + steps
            f"hydra.sweep.dir={out}"]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     start = time.perf_counter()
@@ -59,8 +60,8 @@ def main() -> int:
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--n-trials", type=int, default=8)
     parser.add_argument("--top-k", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup-steps", type=int, default=3)
     parser.add_argument("--out", default=None, help="where the two sweep dirs go (default: a temporary dir)")
     parser.add_argument("--override", nargs="*", default=["model.hidden=64", "model.layers=2"],
                         help="overrides for both runs (the model's size)")
