@@ -83,12 +83,16 @@ def _scatter(plot, records: Sequence[Record]) -> str:
                              marker=marker, color=color, hollow=status == "pruned"))
     front = pareto_front([(float(r.peak_memory_bytes or 0), float(r.throughput or 0)) for r in ok])
     limit = _limit(records)
-    memory = [x for s in sets for x, _ in s.points] + ([limit] if limit else [])
-    scale = GIB if memory and max(memory) >= GIB else 2**20
+    memory = [x for s in sets for x, _ in s.points]
+    # a limit far beyond every candidate would squeeze them into a corner: then it is named, not drawn
+    drawn = bool(limit) and (not memory or limit <= 1.5 * max(memory))
+    span = memory + ([limit] if drawn else [])
+    scale = GIB if span and max(span) >= GIB else 2**20
     unit = "GiB" if scale == GIB else "MiB"
-    return plot.scatter("throughput vs peak memory", f"peak memory per rank ({unit})", "samples/s", sets,
-                        front=front, front_label="Pareto front", xscale=scale,
-                        vlines=[(limit, f"limit {format_size(limit)}")] if limit else [])
+    title = "throughput vs peak memory" + ("" if drawn or not limit else f" (limit {format_size(limit)}, off the axis)")
+    return plot.scatter(title, f"peak memory per rank ({unit})", "samples/s", sets, front=front,
+                        front_label="Pareto front", xscale=scale,
+                        vlines=[(limit, f"limit {format_size(limit)}")] if drawn else [])
 
 
 def _limit(records: Sequence[Record]) -> float:

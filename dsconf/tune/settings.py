@@ -55,7 +55,7 @@ class TuneConfig:
     memory_limit: Any = None
     # the best few re-run for top_k_steps before the winner is named (0: none)
     top_k: int = 2
-    # their timed steps (null: 3 x steps)
+    # their timed steps (null: 3 x steps; as many as the script makes when it stops sooner, at least steps)
     top_k_steps: Optional[int] = None
     # trials measured at most; a space of at most this many candidates is searched in full (a grid)
     n_trials: int = 16

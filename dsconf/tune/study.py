@@ -377,14 +377,18 @@ class Tuner:
             if record.confirmed:
                 continue
             job, self.next_job = self.next_job, self.next_job + 1
-            log.info(f"dsconf tune: re-running {record.candidate} for {self.settings.top_k_steps} steps (job {job})")
+            log.info(f"dsconf tune: re-running {record.candidate} for up to {self.settings.top_k_steps} steps "
+                     f"(job {job})")
+            # as long as the script trains: it may stop before top_k_steps, not before a trial's steps
             outcome = run_trial(self.launcher, record.overrides, job, steps=self.settings.top_k_steps,
-                                warmup_steps=self.settings.warmup_steps, sweep_dir=self.sweep_dir)
+                                warmup_steps=self.settings.warmup_steps, sweep_dir=self.sweep_dir,
+                                min_steps=self.settings.steps)
             if outcome.status == FAILED:
                 self._write()
                 raise TuneStopped(f"tune: the re-run of {record.candidate} (job {job}) failed: {outcome.error}; "
                                   f"logs: {outcome.log_dir}")
-            confirmed: Dict[str, Any] = {"job": job, "steps": self.settings.top_k_steps, "status": outcome.status,
+            timed = min((int(r.get("timed_steps") or 0) for r in outcome.ranks), default=0)
+            confirmed: Dict[str, Any] = {"job": job, "steps": timed, "status": outcome.status,
                                          "step_time_s": outcome.step_time_s, "samples_per_s": outcome.samples_per_s,
                                          "tokens_per_s": outcome.tokens_per_s,
                                          "peak_memory_bytes": outcome.peak_memory_bytes, "error": outcome.error}

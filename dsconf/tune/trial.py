@@ -54,18 +54,20 @@ class Outcome:
 
 
 def run_trial(launcher: Any, overrides: Sequence[str], job: int, *, steps: int, warmup_steps: int,
-              sweep_dir: Path) -> Outcome:
-    """Run the candidate's job and read what its ranks measured."""
+              sweep_dir: Path, min_steps: Optional[int] = None) -> Outcome:
+    """Run the candidate's job and read what its ranks measured. ``min_steps`` (default: ``steps``): the timed steps
+    a rank must have made for the trial to count, should the training function end before ``steps``."""
     os.environ[TRIAL_ENV] = json.dumps({"steps": steps, "warmup_steps": warmup_steps})
     started, wall = time.time(), time.monotonic()
     try:
         ret = launcher.launch([list(overrides)], initial_job_idx=job)[0]
     finally:
         os.environ.pop(TRIAL_ENV, None)
-    return judge(ret, job, sweep_dir, started, round(time.monotonic() - wall, 3))
+    needed = min_steps if min_steps is not None else steps
+    return judge(ret, job, sweep_dir, started, round(time.monotonic() - wall, 3), warmup_steps + needed)
 
 
-def judge(ret: Any, job: int, sweep_dir: Path, started: float, wall_s: float) -> Outcome:
+def judge(ret: Any, job: int, sweep_dir: Path, started: float, wall_s: float, needed: int) -> Outcome:
     from hydra.core.utils import JobStatus
 
     error = ret._return_value if ret.status != JobStatus.COMPLETED else None
@@ -95,11 +97,11 @@ def judge(ret: Any, job: int, sweep_dir: Path, started: float, wall_s: float) ->
                          "no rank left a measurement: does the task train through DeepSpeed's engine "
                          "(deepspeed.initialize, engine.step)?")
         return outcome
-    short = [r for r in ranks if not r.get("completed")]
+    short = [r for r in ranks if int(r.get("optimizer_steps", 0)) < needed]
     if short:
         r = short[0]
         outcome.error = (f"the training function returned after {r['optimizer_steps']} optimizer step(s); a trial "
-                         f"needs warmup_steps + steps = {r['steps_needed']}: let it train longer (e.g. train.steps) "
+                         f"needs warmup_steps + steps = {needed}: let it train longer (e.g. train.steps) "
                          "or lower hydra.sweeper.steps")
         return outcome
     outcome.status = OK
