@@ -81,8 +81,9 @@ def _parser() -> argparse.ArgumentParser:
                             "and errors as you type; cross-field rules stay with `dsconf validate`)")
     schema.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
     schema.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
-    report = sub.add_parser("report", help="write SWEEP_DIR/report.html: the summary table, a plot per metric "
-                            "across jobs, the jobs' loss curves (needs the dsconf[report] extra)")
+    report = sub.add_parser("report", help="write SWEEP_DIR/report.html: the summary table, each metric that varies "
+                            "against the swept parameters, the jobs' loss curves; of a tuning study (trials.json): "
+                            "throughput vs memory and step time per stage (needs the dsconf[report] extra)")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's dir (hydra.sweep.dir)")
     return parser
 
@@ -259,6 +260,8 @@ def _schema(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from dsconf.launch.report import MissingExtraError, SweepDirError, write_report
 
+    if os.path.isfile(os.path.join(args.sweep_dir, "trials.json")):  # a tuner's study (hydra/sweeper=dsconf_tune)
+        return _tune_report(args.sweep_dir)
     try:
         report = write_report(args.sweep_dir)
     except SweepDirError as err:
@@ -270,6 +273,22 @@ def _report(args: argparse.Namespace) -> int:
     counted = [f"{n} {word}{'' if n == 1 else 's'}" for n, word in
                ((report.jobs, "job"), (report.metric_plots, "metric plot"), (report.curve_plots, "curve plot"))]
     print(f"wrote {report.path}: {', '.join(counted)}")
+    return 0
+
+
+def _tune_report(sweep_dir: str) -> int:
+    from dsconf.launch.report import MissingExtraError
+    from dsconf.tune.report import write_tune_report
+
+    try:
+        path = write_tune_report(sweep_dir)
+    except MissingExtraError as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_MISSING_EXTRA
+    except (OSError, ValueError, TypeError) as err:
+        print(f"dsconf: {os.path.join(sweep_dir, 'trials.json')}: not a dsconf tune study ({err})", file=sys.stderr)
+        return EXIT_NOT_A_SWEEP
+    print(f"wrote {path}")
     return 0
 
 

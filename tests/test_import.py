@@ -44,6 +44,13 @@ def test_hydra_plugin_module_imports_no_torch():
     assert not {"torch", "deepspeed"} & modules
 
 
+def test_the_tuner_plugin_imports_no_torch_or_optuna_at_discovery():
+    modules = _top_level(_imported_modules("import hydra_plugins.dsconf_tune.config, "
+                                           "hydra_plugins.dsconf_tune.dsconf_tune_sweeper"))
+    assert "hydra" in modules
+    assert not {"torch", "deepspeed", "optuna", "sqlalchemy", "matplotlib"} & modules
+
+
 def test_composing_imports_no_torch():
     modules = _top_level(_imported_modules(
         "import dsconf; dsconf.compose(['zero=stage2', 'deepspeed.train_micro_batch_size_per_gpu=2'])"))

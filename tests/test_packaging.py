@@ -30,6 +30,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_PACKAGE = "hydra_plugins.dsconf_launcher"
 LAUNCHER_MODULE = f"{PLUGIN_PACKAGE}.dsconf_launcher"
+SWEEPER_CLASS = "hydra_plugins.dsconf_tune.dsconf_tune_sweeper.DsconfTuneSweeper"
 LAUNCHER_CLASS = f"{LAUNCHER_MODULE}.DsconfLauncher"
 MODES = ["editable", "editable-compat", "wheel"]
 
@@ -44,6 +45,8 @@ DISCOVER_AND_COMPOSE = textwrap.dedent(
     out = {"dsconf_imported_before_discovery": "dsconf" in sys.modules}
     launchers = Plugins.instance().discover(Launcher)
     out["launchers"] = [f"{p.__module__}.{p.__name__}" for p in launchers]
+    from hydra.plugins.sweeper import Sweeper
+    out["sweepers"] = [f"{p.__module__}.{p.__name__}" for p in Plugins.instance().discover(Sweeper)]
 
     from hydra import compose, initialize
     try:
@@ -134,6 +137,8 @@ def test_wheel_contents(wheel):
     assert "dsconf/__init__.py" in names
     assert "hydra_plugins/dsconf_launcher/__init__.py" in names
     assert "hydra_plugins/dsconf_launcher/dsconf_launcher.py" in names
+    assert {"hydra_plugins/dsconf_tune/config.py", "hydra_plugins/dsconf_tune/dsconf_tune_sweeper.py",
+            "dsconf/tune/study.py", "dsconf/launch/trial_meter.py"} <= set(names)
     assert "hydra_plugins/__init__.py" not in names
     # conf/, tests/, examples/ and benchmarks/ are not shipped.
     extra = {n.split("/", 1)[0] for n in names} - {"dsconf", "hydra_plugins"}
@@ -177,6 +182,7 @@ def test_plugin_discovered_and_configs_composable(installed):
 
     assert not out["dsconf_imported_before_discovery"]
     assert LAUNCHER_CLASS in out["launchers"], f"{mode}: Hydra did not discover the dsconf launcher: {out}"
+    assert SWEEPER_CLASS in out["sweepers"], f"{mode}: Hydra did not discover the dsconf tuner: {out}"
     assert out["stage"] == 2, f"{mode}: {out['stage']}"
 
     # The install really is the one under test, not the repo via the working directory or the runner's env.

@@ -93,8 +93,10 @@ def run_rank(payload: RankPayload | str) -> bytes:
     context.set_job_state(deepspeed=deepspeed, job_dir=payload.job_dir, ds_config_path=payload.ds_config_path)
     if payload.init_timeout and payload.job_dir:
         guard_process_group_init(payload.init_timeout, os.path.join(payload.job_dir, "logs"))
+    from dsconf.launch import trial_meter
+
     try:
-        result = payload.task_fn(payload.cfg)
+        result = trial_meter.run(payload.task_fn, payload.cfg, payload.job_dir)  # a tuning trial: measured
     except BaseException:
         traceback.print_exc()  # into this rank's stderr log; torch records it in rank{N}.error.json too
         raise

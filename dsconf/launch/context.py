@@ -9,6 +9,9 @@ saved as ``ds_config.json`` for this job, without re-composing or re-validating 
 
 It returns a fresh copy on every call (DeepSpeed mutates the dict it is given). Importing this module
 imports nothing heavy.
+
+A task whose samples are token sequences may say how long they are (``report_sequence_length(n)``): a tuning trial
+then reports tokens per second besides samples per second.
 """
 
 from __future__ import annotations
@@ -53,6 +56,18 @@ def deepspeed_config() -> dict[str, Any]:
 def job_dir() -> Optional[str]:
     """The job's output dir (the same on every rank), or None outside a dsconf job."""
     return _state.get("job_dir") or os.environ.get(JOB_DIR_ENV)
+
+
+def report_sequence_length(tokens: int) -> None:
+    """Tokens per sample of this task (for a tuning trial's tokens per second); call on any rank."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"report_sequence_length: a whole number of tokens >= 1, got {tokens!r}")
+    _state["sequence_length"] = tokens
+
+
+def sequence_length() -> Optional[int]:
+    """What ``report_sequence_length`` was told, or None."""
+    return _state.get("sequence_length")
 
 
 def rank() -> int:

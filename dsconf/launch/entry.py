@@ -141,7 +141,9 @@ def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> 
     deepspeed, _ = export_deepspeed(cfg, world_size, write_dir)
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
     context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
-    return task_fn(cfg)
+    from dsconf.launch import trial_meter
+
+    return trial_meter.run(task_fn, cfg, job_dir)  # a tuning trial: measured and stopped after its steps
 
 
 def launch_here(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> Any:

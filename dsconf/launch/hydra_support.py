@@ -7,10 +7,11 @@ these: the launcher process (``sweep``) and the jobs' checks (``command_line``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Optional
 
 log = logging.getLogger(__name__)
@@ -73,3 +74,27 @@ def hydra_state() -> Any:
     from hydra.core.singleton import Singleton
 
     return Singleton.get_state()
+
+
+@contextlib.contextmanager
+def as_sweep_job(job_cfg: Any) -> Iterator[None]:
+    """While a sweep job's config is checked in the launching process (before the job exists): ``HydraConfig`` is the
+    job's, so that ``${hydra:...}`` in it resolves (HF's ``output_dir: ${hydra:runtime.output_dir}``); the output dir,
+    which only the job itself makes, reads as the sweep dir."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    if select(job_cfg, "hydra") is None:
+        yield
+        return
+    instance = HydraConfig.instance()
+    previous = instance.cfg
+    cfg = copy.deepcopy(job_cfg)
+    with open_dict(cfg):
+        if OmegaConf.is_missing(cfg.hydra.runtime, "output_dir") or not cfg.hydra.runtime.get("output_dir"):
+            cfg.hydra.runtime.output_dir = str(OmegaConf.select(cfg, "hydra.sweep.dir", default="."))
+    instance.set_config(cfg)
+    try:
+        yield
+    finally:
+        instance.cfg = previous

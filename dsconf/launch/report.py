@@ -14,13 +14,16 @@ When both name the same metric, the return value wins: it is certainly this run'
 may be a file written by an earlier sweep into the same dir (a file older than the job's start is ignored
 for that reason, but a job can also rewrite only part of it). Only numbers become columns; booleans are
 flags, not measurements, and lists (per-step losses) are curves, drawn by ``dsconf report`` instead.
+
+``dsconf report`` plots only what varies: each metric whose values differ between jobs, against the swept
+parameters (the override keys whose values differ: the first along the axis, the others as groups of bars), beside
+the curves; the metrics every job shares are listed, not drawn. The drawing is ``dsconf.launch.plots``, which the
+tuner's report uses too.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import logging
 import math
@@ -31,6 +34,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, List, Optional, Tuple, Union
 
+from dsconf.launch.plots import MissingExtraError  # noqa: F401  (dsconf report's error for a missing extra)
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
@@ -39,7 +44,6 @@ REPORT_FILE = "report.html"
 # A metrics.json whose mtime is this much before the job started is taken as left over from an earlier run
 # in the same dir; the slack covers file systems that store mtimes at a coarse granularity.
 MTIME_SLACK_S = 2.0
-MAX_LABELLED_JOBS = 16  # up to this many jobs, a metric plot's x axis names each job by its overrides
 
 Number = Union[int, float]
 Curve = List[Tuple[float, float]]
@@ -61,10 +65,6 @@ class JobRecord:
 
 class SweepDirError(ValueError):
     """``dsconf report`` was given something that is not a readable sweep dir."""
-
-
-class MissingExtraError(ImportError):
-    """matplotlib, from the ``dsconf[report]`` extra, is needed to draw the plots and is not installed."""
 
 
 # -------------------------------------------------------------------------------------------- metrics
@@ -287,131 +287,114 @@ class Report:
     curve_plots: int
 
 
+def swept_parameters(records: Sequence[JobRecord]) -> list[str]:
+    """The override keys whose values differ between jobs, in the order the jobs name them."""
+    values: dict[str, set[str]] = {}
+    for r in records:
+        keys = dict(_split_override(o) for o in r.overrides)
+        for key in values.keys() | keys.keys():
+            values.setdefault(key, set()).add(keys.get(key, ""))
+    order = list(dict.fromkeys(_split_override(o)[0] for r in records for o in r.overrides))
+    return [key for key in order if len(values.get(key, ())) > 1]
+
+
+def varying_metrics(records: Sequence[JobRecord]) -> tuple[list[str], dict[str, Number]]:
+    """(metrics whose finite values differ between jobs, {metric: value} of those every job that has them shares)."""
+    varying, constant = [], {}
+    for name in metric_names(records):
+        seen = {r.metrics[name] for r in records if name in r.metrics and math.isfinite(r.metrics[name])}
+        if len(seen) > 1:
+            varying.append(name)
+        elif seen:
+            constant[name] = next(iter(seen))
+    return varying, constant
+
+
+def _split_override(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
 def write_report(sweep_dir: Union[str, os.PathLike]) -> Report:
-    """Write ``<sweep_dir>/report.html``: the summary table, one plot per metric across jobs, and the curves
-    (per-step losses) of the completed jobs' ``metrics.json``; one self-contained file (images inline)."""
+    """Write ``<sweep_dir>/report.html``: the summary table; each metric that varies between jobs plotted against the
+    swept parameters (the first along the axis, the others as groups), beside the curves (per-step losses) of the
+    completed jobs' ``metrics.json``; the metrics every job shares, listed. One self-contained file (images inline).
+    """
+    from dsconf.launch.plots import Plotter, figure_html, html_page, table_html
+
     sweep_dir = Path(sweep_dir)
     records = load_records(sweep_dir)
-    names = metric_names(records)
+    names, constant = varying_metrics(records)
     # a FAILED job's metrics.json may be left over from an earlier run: its curve could mislead
     curves: dict[str, dict[int, Curve]] = {}
     for r in records:
         if r.status in ("COMPLETED", "UNKNOWN"):
             for key, points in curves_of(read_metrics_file(_job_dir(r, sweep_dir))).items():
                 curves.setdefault(key, {})[r.job] = points
-    metric_images: list[tuple[str, str]] = []
-    curve_images: list[tuple[str, str]] = []
+    swept = swept_parameters(records)
+    figures: list[str] = []
     if names or curves:
-        plot = _Plotter(records)
-        metric_images = [(f"{n} across jobs", plot.metric(n)) for n in names]
-        curve_images = [(f"{key} per step", plot.curve(key, by_job)) for key, by_job in curves.items()]
+        plot = Plotter()
+        labels = _job_labels(records)
+        for key, by_job in curves.items():
+            series = {labels[job]: points for job, points in by_job.items()}
+            figures.append(figure_html(f"{key} per step", plot.curves(key, "step", key, series)))
+        for name in names:
+            title, image = _metric_plot(plot, name, records, swept)
+            figures.append(figure_html(title, image))
     path = sweep_dir / REPORT_FILE
+    esc = html.escape
+    counts = ", ".join(f"{n} {s}" for s, n in status_counts(records).items())
+    body = ["<h1>dsconf sweep report</h1>",
+            f"<p><code>{esc(str(sweep_dir.resolve()))}</code>: {len(records)} jobs: {esc(counts)}</p>"]
+    common = common_overrides(records)
+    if common:
+        body.append(f"<p>Every job: <code>{esc(' '.join(common))}</code></p>")
+    rows = table_rows(records)
+    body += ["<h2>Jobs</h2>", *table_html(rows, status_col=rows[0].index("status"))]
+    if figures:
+        body += ["<h2>Plots</h2>", f"<p>{_plotted_text(names, swept)}</p>", '<div class="plots">', *figures,
+                 "</div>"]
+    else:
+        body.append("<p>No job left numbers behind: no numeric return value, no metrics.json.</p>"
+                    if not constant else "<p>No metric differs between the jobs.</p>")
+    if constant:
+        shared = ", ".join(f"{k} = {format_number(v)}" for k, v in constant.items())
+        body.append(f"<p>The same in every job (not plotted): {esc(shared)}</p>")
     try:
-        path.write_text(_html(sweep_dir, records, metric_images, curve_images), encoding="utf-8")
+        path.write_text(html_page(f"dsconf sweep report: {sweep_dir.name}", body), encoding="utf-8")
     except OSError as err:
         raise SweepDirError(f"{path}: cannot write the report ({err.strerror or err})") from None
     return Report(path, len(records), len(names), len(curves))
 
 
-class _Plotter:
-    """matplotlib's object API with the Agg canvas: no pyplot, so no global backend switch in the caller's
-    process (a notebook keeps its own), and no display needed."""
+def _job_labels(records: Sequence[JobRecord]) -> dict[int, str]:
+    common = set(common_overrides(records))
+    return {r.job: " ".join([f"#{r.job}", *(o for o in r.overrides if o not in common)]) for r in records}
 
-    def __init__(self, records: Sequence[JobRecord]) -> None:
-        try:
-            from matplotlib.backends.backend_agg import FigureCanvasAgg
-            from matplotlib.figure import Figure
-            from matplotlib.ticker import MaxNLocator
-        except ImportError:
-            raise MissingExtraError("the plots need matplotlib: pip install 'dsconf[report]'") from None
-        self._figure, self._canvas, self._locator = Figure, FigureCanvasAgg, MaxNLocator
-        self.records = list(records)
-        common = set(common_overrides(records))
-        self.labels = {r.job: " ".join([f"#{r.job}", *(o for o in r.overrides if o not in common)])
-                       for r in self.records}
 
-    def metric(self, name: str) -> str:
-        points = [(r.job, r.metrics[name]) for r in self.records
-                  if name in r.metrics and math.isfinite(r.metrics[name])]
-        fig, ax = self._axes()
-        if points:
-            jobs, values = zip(*points)
-            ax.plot(jobs, values, "o", markersize=7)
-        else:  # every value NaN or infinite (a diverged metric): say so rather than show empty axes
-            ax.text(0.5, 0.5, "no finite value", transform=ax.transAxes, ha="center", va="center")
-        ax.set(title=name, ylabel=name)
-        ax.ticklabel_format(axis="y", useOffset=False)  # jobs differing in the 5th digit: values, not "1e-5+4.275"
-        # every job has its place on the axis, values or not, so that plots of different metrics line up
-        numbers = sorted(r.job for r in self.records)
-        ax.set_xlim(numbers[0] - 0.5, numbers[-1] + 0.5)
-        if len(numbers) <= MAX_LABELLED_JOBS:  # few jobs: name each by its overrides, not only its number
-            ax.set_xticks(numbers, [self.labels[n] for n in numbers], rotation=20, ha="right", fontsize="small")
+def _metric_plot(plot: Any, name: str, records: Sequence[JobRecord], swept: Sequence[str]) -> tuple[str, str]:
+    """One metric against the swept parameters: the first along the axis, the rest as groups; without swept
+    parameters (jobs alike but for their number), by job."""
+    values = []
+    for r in records:
+        if name not in r.metrics:
+            continue
+        keys = dict(_split_override(o) for o in r.overrides)
+        if swept:
+            x = keys.get(swept[0], "")
+            group = " ".join(f"{k}={keys.get(k, '')}" for k in swept[1:])
         else:
-            ax.xaxis.set_major_locator(self._locator(integer=True))
-            ax.set_xlabel("job")
-        return self._png(fig)
-
-    def curve(self, key: str, by_job: Mapping[int, Curve]) -> str:
-        fig, ax = self._axes()
-        for job, points in by_job.items():
-            xs, ys = zip(*points)
-            ax.plot(xs, ys, marker="." if len(points) < 50 else None, label=self.labels.get(job, f"#{job}"))
-        ax.set(title=key, xlabel="step", ylabel=key)
-        ax.legend(fontsize="small")
-        return self._png(fig)
-
-    def _axes(self) -> tuple[Any, Any]:
-        fig = self._figure(figsize=(6.4, 3.6), dpi=100, layout="constrained")
-        self._canvas(fig)
-        ax = fig.add_subplot()
-        ax.grid(True, alpha=0.3)
-        return fig, ax
-
-    @staticmethod
-    def _png(fig: Any) -> str:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-        return base64.b64encode(buffer.getvalue()).decode("ascii")
+            x, group = f"#{r.job}", ""
+        values.append((x, group, float(r.metrics[name])))
+    by = f" by {', '.join(swept)}" if swept else " by job"
+    title = f"{name}{by}"
+    return title, plot.grouped(title, name, swept[0] if swept else "job", values,
+                               group_title=", ".join(swept[1:]))
 
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; font-size: 0.9em; }
-th, td { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #e8eef7; }
-td.COMPLETED { background: #e3f4e1; } td.FAILED { background: #fbe1e1; } td.SKIPPED { background: #eee; }
-figure { display: inline-block; margin: 0.5em; }
-"""
-
-
-def _html(sweep_dir: Path, records: Sequence[JobRecord], metric_images: Sequence[tuple[str, str]],
-          curve_images: Sequence[tuple[str, str]]) -> str:
-    esc = html.escape
-    counts = ", ".join(f"{n} {s}" for s, n in status_counts(records).items())
-    header, *body = table_rows(records)
-    status_col = header.index("status")
-    rows = ["<tr>" + "".join(f"<th>{esc(c)}</th>" for c in header) + "</tr>"]
-    for row in body:
-        cells = [f'<td class="{esc(c)}">{esc(c)}</td>' if i == status_col else f"<td>{esc(c)}</td>"
-                 for i, c in enumerate(row)]
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    common = common_overrides(records)
-    parts = [
-        "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        f"<title>dsconf sweep report: {esc(sweep_dir.name)}</title>", f"<style>{_STYLE}</style>", "</head>",
-        "<body>", "<h1>dsconf sweep report</h1>",
-        f"<p><code>{esc(str(sweep_dir.resolve()))}</code>: {len(records)} jobs: {esc(counts)}</p>",
-    ]
-    if common:
-        parts.append(f"<p>Every job: <code>{esc(' '.join(common))}</code></p>")
-    parts += ["<h2>Jobs</h2>", "<table>", *rows, "</table>"]
-    if not metric_images and not curve_images:
-        parts.append("<p>No job left numbers behind: no numeric return value, no metrics.json.</p>")
-    for heading, images in (("Metrics across jobs", metric_images), ("Curves", curve_images)):
-        if images:
-            parts.append(f"<h2>{heading}</h2>")
-        for title, data in images:
-            parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{esc(title)}" '
-                         f'title="{esc(title)}"></figure>')
-    parts += ["</body>", "</html>"]
-    return "\n".join(parts) + "\n"
+def _plotted_text(names: Sequence[str], swept: Sequence[str]) -> str:
+    if not names:
+        return "Curves of the completed jobs."
+    against = f"against {', '.join(swept)}" if swept else "by job"
+    return f"Each metric that differs between jobs, {against}; the curves of the completed jobs."

@@ -57,11 +57,12 @@ def validate_job(job_cfg: Any) -> None:
     """What the launcher checks before starting a job's ranks: ``dist``, then the DeepSpeed dict per world size."""
     from omegaconf import OmegaConf
 
-    from dsconf.launch.hydra_support import task_cfg
+    from dsconf.launch.hydra_support import as_sweep_job, task_cfg
     from dsconf.launch.job_export import export_for_world_sizes
     from dsconf.launch.plan import dist_settings, plan_job
 
     launcher_dist = OmegaConf.select(job_cfg, "hydra.launcher.dist")  # hydra/launcher=dsconf's defaults
     task = task_cfg(job_cfg)
     plan = plan_job(dist_settings(task, launcher_dist))
-    export_for_world_sizes(task, plan.world_sizes, plan)
+    with as_sweep_job(job_cfg):  # ${hydra:...} in the task's config (HF's output_dir) resolves as in the job
+        export_for_world_sizes(task, plan.world_sizes, plan)

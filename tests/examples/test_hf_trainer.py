@@ -80,6 +80,17 @@ def test_a_value_that_disagrees_with_training_args_stops_before_any_rank(tmp_pat
     assert not (tmp_path / "run" / "ds_config.json").exists()
 
 
+def test_a_sweep_is_checked_with_the_trainers_output_dir_resolved_as_in_its_jobs(tmp_path):
+    """The sweep check composes every job in the launching process, where ``${hydra:runtime.output_dir}`` (the
+    Trainer's output_dir) must resolve as in the job: a mistake is then reported for each job, nothing runs."""
+    proc = run_example("-m", "zero=stage2,stage3", "deepspeed.optimizer.params.lr=0.01",
+                       f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path, script=EXAMPLES / "hf_trainer.py")
+    assert proc.returncode == 2, output(proc)
+    assert "Traceback" not in output(proc) and "HydraConfig was not set" not in output(proc)
+    assert proc.stderr.count("is 0.01 but training_args.learning_rate is 0.003") == 2, proc.stderr
+    assert not (tmp_path / "sweep" / "0").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("examples, gas, drop_last", [(512, 3, False), (500, 2, True), (200, 1, False)])
 def test_total_steps_from_train_examples_are_the_trainers(examples, gas, drop_last, tmp_path):

@@ -1,8 +1,9 @@
 """Metric columns in a sweep's summary, and ``dsconf report``'s HTML page (``dsconf/launch/report.py``).
 
 Two real sweeps: a tiny script whose jobs return a float, a dict, and write ``metrics.json`` (the three
-sources of columns, and which one wins), and ``examples/train.py`` (whose page is also rendered in headless
-Chromium). The rest builds job dirs by hand.
+sources of columns, and which one wins), and ``examples/train.py`` over ``zero=stage0,stage2 precision=fp32,bf16``
+(whose page plots only the metrics that vary, against those two parameters, and is opened in headless Chromium).
+The rest builds job dirs by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+from browser import chromium, open_page
 from launch_helpers import REPO, run_script, write_script
 
 from dsconf.launch.report import (
@@ -190,6 +192,16 @@ def test_report_of_a_sweep_without_numbers_needs_no_plot(tmp_path: Path) -> None
     assert PNG not in page and "No job left numbers behind" in page
 
 
+def test_report_of_a_sweep_whose_numbers_are_all_the_same_needs_no_plot(tmp_path: Path) -> None:
+    write_summary([JobRecord(0, ["a=1"], "COMPLETED", 1.0, "2", metrics={"world_size": 2}),
+                   JobRecord(1, ["a=2"], "COMPLETED", 1.0, "2", metrics={"world_size": 2})], tmp_path)
+    proc = dsconf("report", str(tmp_path), cwd=tmp_path, env=hide_matplotlib(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert PNG not in page and "No metric differs between the jobs." in page
+    assert "The same in every job (not plotted): world_size = 2" in page
+
+
 # ------------------------------------------------------------------------------------------ bad input
 def bad_inputs(tmp_path: Path) -> Dict[str, tuple[Path, str]]:
     (tmp_path / "empty").mkdir()
@@ -231,7 +243,8 @@ def hide_matplotlib(tmp_path: Path) -> Dict[str, str]:
 def test_missing_matplotlib_names_the_report_extra(tmp_path: Path) -> None:
     from dsconf.cli import EXIT_MISSING_EXTRA
 
-    write_summary([JobRecord(0, ["a=1"], "COMPLETED", 1.0, "0.5", metrics={"return": 0.5})], tmp_path)
+    write_summary([JobRecord(0, ["a=1"], "COMPLETED", 1.0, "0.5", metrics={"return": 0.5}),
+                   JobRecord(1, ["a=2"], "COMPLETED", 1.0, "0.7", metrics={"return": 0.7})], tmp_path)
     proc = dsconf("report", str(tmp_path), cwd=tmp_path, env=hide_matplotlib(tmp_path))
     assert proc.returncode == EXIT_MISSING_EXTRA == 3, proc.stderr
     assert proc.stderr == "dsconf: the plots need matplotlib: pip install 'dsconf[report]'\n"
@@ -246,14 +259,18 @@ def test_importing_dsconf_and_the_report_module_does_not_import_matplotlib() -> 
 
 
 # ------------------------------------------------------------------------- real sweep of the example
+SWEPT = ["zero", "precision"]
+
+
 @pytest.fixture(scope="module")
 def example_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``examples/train.py -m`` over two ZeRO stages, small enough that DeepSpeed's start-up is most of it."""
+    """``examples/train.py -m`` over two ZeRO stages and two precisions, small enough that DeepSpeed's start-up is
+    most of it."""
     tmp = tmp_path_factory.mktemp("example_sweep")
     sweep_dir = tmp / "sweep"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "HYDRA_FULL_ERROR")}
-    proc = subprocess.run([sys.executable, str(EXAMPLE), "-m", "zero=stage0,stage1", "train.steps=5",
-                           "deepspeed.steps_per_print=5", "model.layers=1", "model.hidden=32",
+    proc = subprocess.run([sys.executable, str(EXAMPLE), "-m", "zero=stage0,stage2", "precision=fp32,bf16",
+                           "train.steps=5", "deepspeed.steps_per_print=5", "model.layers=1", "model.hidden=32",
                            "hydra.launcher.max_parallel_jobs=2", f"hydra.sweep.dir={sweep_dir}"],
                           cwd=str(tmp), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
@@ -263,6 +280,7 @@ def example_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_example_sweep_summary_has_its_loss_and_metrics_json_columns(example_sweep: Path) -> None:
     summary = summary_of(example_sweep)
+    assert len(summary["jobs"]) == 4
     for job in summary["jobs"]:
         written = json.loads((Path(job["job_dir"]) / "metrics.json").read_text())
         assert job["metrics"]["return"] == pytest.approx(written["final_loss"])  # the example returns a float
@@ -281,44 +299,68 @@ def example_report(example_sweep: Path) -> tuple[Path, subprocess.CompletedProce
     return example_sweep / "report.html", proc
 
 
+def varying(summary: Dict[str, Any]) -> List[str]:
+    """The metrics whose values differ between the jobs (computed here from summary.json, not by the report)."""
+    return [name for name in summary["metrics"]
+            if len({job["metrics"][name] for job in summary["jobs"] if name in job["metrics"]}) > 1]
+
+
 @pytest.mark.slow
-def test_dsconf_report_on_the_example_sweep(example_sweep: Path, example_report: tuple) -> None:
+def test_dsconf_report_plots_only_what_varies_against_the_swept_parameters(example_sweep: Path,
+                                                                           example_report: tuple) -> None:
     page_path, proc = example_report
     assert proc.returncode == 0, proc.stderr
-    names = summary_of(example_sweep)["metrics"]
-    assert proc.stdout == f"wrote {page_path}: 2 jobs, {len(names)} metric plots, 1 curve plot\n"
+    summary = summary_of(example_sweep)
+    names = varying(summary)
+    assert "zero_stage" in names and "final_loss" in names
+    constant = [n for n in summary["metrics"] if n not in names]
+    assert {"world_size", "steps", "start_step", "train_batch_size"} <= set(constant)  # flat: not plotted
+    assert proc.stdout == f"wrote {page_path}: 4 jobs, {len(names)} metric plots, 1 curve plot\n"
     page = page_path.read_text()
-    assert page.count(PNG) == len(names) + 1  # one plot per metric, and the loss curves
-    assert all(f'alt="{n} across jobs"' in page for n in names) and 'alt="losses per step"' in page
-    assert "zero=stage0" in page and "zero=stage1" in page and "COMPLETED" in page
+    assert page.count(PNG) == len(names) + 1  # one plot per varying metric, and the loss curves
+    assert all(f'alt="{n} by zero, precision"' in page for n in names) and 'alt="losses per step"' in page
+    assert not any(f'alt="{n} by' in page for n in constant)
+    assert "The same in every job (not plotted): " in page and "world_size = 1" in page
+    # the curves first, the metric plots beside them, in one block
+    assert page.index('alt="losses per step"') < page.index(f'alt="{names[0]} by zero, precision"')
+    assert "zero=stage0 precision=fp32" in page and "COMPLETED" in page
     # one self-contained file: nothing fetched from elsewhere
     assert not any(word in page for word in ('src="http', "src='http", 'href="', "<script", "<link"))
 
 
-def chromium() -> Optional[str]:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+def test_a_metric_is_drawn_by_its_swept_parameters_grouped(tmp_path: Path) -> None:
+    """Jobs of zero=stage0,stage2 x precision=fp32,bf16: ``zero`` along the axis, one bar per precision."""
+    from dsconf.launch.report import swept_parameters, varying_metrics
+
+    records = [JobRecord(i, [f"zero={z}", f"precision={p}", "train.steps=5"], "COMPLETED",
+                         metrics={"speed": 10.0 * i + 1, "world_size": 2})
+               for i, (z, p) in enumerate((z, p) for z in ("stage0", "stage2") for p in ("fp32", "bf16"))]
+    assert swept_parameters(records) == SWEPT
+    assert varying_metrics(records) == (["speed"], {"world_size": 2})
+    write_summary(records, tmp_path)
+    proc = dsconf("report", str(tmp_path), cwd=tmp_path)
+    assert proc.stdout == f"wrote {tmp_path / 'report.html'}: 4 jobs, 1 metric plot, 0 curve plots\n", proc.stderr
+    assert 'alt="speed by zero, precision"' in (tmp_path / "report.html").read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(chromium() is None, reason="Chromium is not installed (scripts/setup.sh installs it where "
                     "apt-get exists: apt-get install chromium)")
-def test_report_renders_in_headless_chromium(example_report: tuple, tmp_path: Path) -> None:
+def test_report_renders_in_headless_chromium(example_report: tuple, tmp_path: Path, record_property: Any) -> None:
+    """As a person sees it: every plot loaded and decoded, nothing logged an error; the screenshot is kept."""
     import numpy as np
     from matplotlib.image import imread
 
     page_path, proc = example_report
     assert proc.returncode == 0, proc.stderr
     shot = tmp_path / "report.png"
-    # --no-sandbox: Chromium refuses to run as root otherwise (CI runs as root); its own profile dir keeps the
-    # run from touching the user's
-    browser = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                              f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-                              "--window-size=1400,2400", page_path.resolve().as_uri()],
-                             capture_output=True, text=True, timeout=120)
-    assert shot.is_file() and shot.stat().st_size > 0, browser.stderr[-3000:]
+    page = open_page(page_path, shot, tmp_path / "profile")
+    record_property("screenshot", str(shot))
+    print(f"screenshot: {shot}")
+    assert len(page.images) == page_path.read_text().count(PNG) >= 2
+    assert all(i["complete"] and i["naturalWidth"] > 0 and i["naturalHeight"] > 0 for i in page.images), page.images
+    assert page.errors == []
     pixels = (imread(str(shot))[..., :3] * 255).round().astype(np.uint8).reshape(-1, 3)
-    colours = np.unique(pixels, axis=0)
-    assert len(colours) > 100, f"only {len(colours)} colours: the page rendered blank"
-    assert (pixels.min(axis=1) < 250).mean() > 0.03, "almost every pixel is white"
-    # matplotlib's first line colour (#1f77b4) appears only inside the plots: the inline PNGs were decoded
+    assert len(np.unique(pixels, axis=0)) > 100, "the page rendered blank"
+    # matplotlib's first colour (#1f77b4) appears only inside the plots: the inline PNGs were drawn on the page
     assert (np.abs(pixels.astype(int) - [31, 119, 180]).sum(axis=1) < 12).sum() > 200
