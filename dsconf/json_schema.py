@@ -313,7 +313,11 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
         values = _value(args[1], {}, EXACT) if len(args) == 2 else {}
         return {"type": "object", "additionalProperties": values} if values else {"type": "object"}
     if origin is typing.Union:  # each member with the choices of its own type ("auto" for a str, ...)
-        return _any_of([_value(a, _member_meta(meta, a), reading) for a in typing.get_args(tp) if a is not type(None)])
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        branches = [_value(a, _member_meta(meta, a), reading) for a in members]
+        if str in members:  # pydantic keeps a string a string when the Union takes one: no number written as text
+            branches = [b if a is str else _without_text(b) for a, b in zip(members, branches)]
+        return _any_of(branches)
     choices = meta.get("choices")
     if tp is bool:
         numbers = {"type": "integer", "enum": [0, 1], "description": "DeepSpeed reads 0/1 as false/true"}
@@ -346,6 +350,16 @@ def _value(tp: Any, meta: typing.Mapping[str, Any], reading: str) -> Dict[str, A
     if tp is Any:
         return {}
     raise TypeError(f"no JSON Schema for {tp!r}")
+
+
+def _without_text(schema: Dict[str, Any]) -> Dict[str, Any]:
+    """``schema`` without its branches for values written as text (a number or a flag as a string)."""
+    def text(branch: Dict[str, Any]) -> bool:
+        return branch.get("type") == "string" or str(branch.get("$ref", "")).endswith("Text")
+
+    if "anyOf" not in schema:
+        return schema
+    return _any_of([b for b in schema["anyOf"] if not text(b)])
 
 
 def _member_meta(meta: typing.Mapping[str, Any], member: Any) -> typing.Mapping[str, Any]:

@@ -404,48 +404,15 @@ def mistakes(target: str) -> Iterator[Tuple[str, Site, str, Dict[str, Any], Any]
                 yield what, site, site.reported, site.config(value), value
 
 
-# What validation mishandles today (each has a strict xfail below): left out of the comparisons until fixed.
-OPTIMIZER_NOT_A_SECTION = ("structure.check_optimizer_type calls .get on the optimizer whatever it is: "
-                           "`\"optimizer\": 5` ends in an AttributeError traceback")
-UNKNOWN_SPARSITY_MODE = ("an unknown sparse_attention.mode is accepted: dynamic_model finds no model for it, so "
-                         "check_field returns before check_dynamic's 'unknown sparsity mode'")
-
-
-UNCHECKED_DICT = "structure._type_ok accepts any value for a Dict-typed key: `\"datastates_ckpt\": 5` passes"
-UNCHECKED_UNION = ("structure._type_ok accepts any value for a Union-typed key: "
-                   "`\"zero_optimization\": {\"zenflow\": {\"select_interval\": [1]}}` passes")
-UNCHECKED_PARAMS = ("params of an optimizer or scheduler dsconf has no model for are not checked to be a section: "
-                    "`\"optimizer\": {\"type\": \"RMSprop\", \"params\": 5}` passes")
-
-
-def known_bug(site: Site, value: Any) -> str:
-    inner, _ = unwrap_optional(site.tp)
-    section_or_null = isinstance(value, (dict, type(None)))
-    if site.dotted == "optimizer" and not section_or_null:
-        return OPTIMIZER_NOT_A_SECTION
-    if site.dotted == "sparse_attention.mode" and not (isinstance(value, str) and value in SPARSITY_MODES):
-        return UNKNOWN_SPARSITY_MODE
-    if typing.get_origin(inner) in (dict, Dict) and not section_or_null:
-        return UNCHECKED_DICT
-    if typing.get_origin(inner) is typing.Union and not any(_fits(value, t) for t in typing.get_args(inner)):
-        return UNCHECKED_UNION
-    if model_key(site.field) and not section_or_null:
-        return UNCHECKED_PARAMS
-    return ""
-
-
-@pytest.mark.xfail(strict=True, reason=UNCHECKED_DICT)
 def test_a_dict_typed_key_is_type_checked():
     assert "datastates_ckpt" in structural_paths(validate({**BASE, "datastates_ckpt": 5}, LATEST_KNOWN))
 
 
-@pytest.mark.xfail(strict=True, reason=UNCHECKED_UNION)
 def test_a_union_typed_key_is_type_checked():
     config = {**BASE, "zero_optimization": {"zenflow": {"select_interval": [1]}}}
     assert "zero_optimization.zenflow.select_interval" in structural_paths(validate(config, LATEST_KNOWN))
 
 
-@pytest.mark.xfail(strict=True, reason=UNCHECKED_PARAMS)
 def test_free_form_params_must_be_a_section():
     config = {**BASE, "optimizer": {"type": "RMSprop", "params": 5}}
     assert "optimizer.params" in structural_paths(validate(config, LATEST_KNOWN))
@@ -460,12 +427,10 @@ def _fits(value: Any, tp: Any) -> bool:
     return isinstance(value, tp) and not (isinstance(value, bool) and tp is not bool)
 
 
-@pytest.mark.xfail(strict=True, reason=OPTIMIZER_NOT_A_SECTION)
 def test_an_optimizer_that_is_no_section_is_a_problem_not_a_traceback():
     assert "optimizer" in structural_paths(validate({**BASE, "optimizer": 5}, LATEST_KNOWN))
 
 
-@pytest.mark.xfail(strict=True, reason=UNKNOWN_SPARSITY_MODE)
 def test_an_unknown_sparsity_mode_is_a_problem(validators):
     config = {**BASE, "sparse_attention": {"mode": "fixd"}}
     assert schema_error_paths(validators["0.19.5"], config) == {"sparse_attention.mode"}
@@ -478,9 +443,7 @@ def test_each_generated_mistake_is_a_schema_error_at_the_path_validate_reports(v
     and every structural problem validation reports is a schema error at the same path, and vice versa."""
     kinds: Dict[str, int] = {}
     failures = []
-    for kind, site, path, config, value in mistakes(target):
-        if kind != "unknown key" and known_bug(site, value):
-            continue
+    for kind, site, path, config, _ in mistakes(target):
         dsconf = structural_paths(validate(config, target))
         schema = {site.reported if p == site.dotted else p for p in schema_error_paths(validators[target], config)}
         if path not in dsconf:
@@ -531,7 +494,7 @@ def test_generated_values_are_accepted_alike(validators, target):
         if kind == "model" or not site.reachable_in(target):
             continue
         for value in accepted_values(site):
-            if known_bug(site, value) or beyond_json_schema(site, value):
+            if beyond_json_schema(site, value):
                 continue
             config = site.config(value)
             dsconf = _at(site.reported, structural_paths(validate(config, target)))

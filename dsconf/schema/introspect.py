@@ -88,7 +88,7 @@ def dynamic_model(owner: type, name: str, value: Any) -> Optional[type]:
         return BF16Config
     if owner is DeepSpeedConfig and name == "sparse_attention":
         mode = value.get("mode", "fixed") if isinstance(value, dict) else "fixed"
-        return SPARSITY_MODES.get(mode)
+        return SPARSITY_MODES.get(mode) if isinstance(mode, str) else None
     return None
 
 

@@ -59,9 +59,10 @@ class ZenFlowConfig:
 
     topk_ratio: float = doc(0.1, "Share of important gradient columns updated every step (0 < ratio < 1)", gt=0, le=1)
     select_strategy: str = doc("auto", "When important columns are reselected", choices=["auto", "step", "epoch"])
-    select_interval: Any = doc("auto", "Reselect every N steps/epochs, or 'auto'", type=Union[str, int])
-    update_interval: Any = doc("auto", "Apply accumulated unimportant gradients every N steps (>= 1), or 'auto'",
-                               type=Union[str, int])
+    select_interval: Any = doc("auto", "Reselect every N steps/epochs, or 'auto'", type=Union[str, int],
+                               choices=["auto"])
+    update_interval: Any = doc("auto", "Apply accumulated unimportant gradients every N steps, or 'auto'",
+                               type=Union[str, int], choices=["auto"], ge=1)
     overlap_step: bool = doc(False, "Overlap the CPU optimizer step with forward/backward")
     offload: bool = doc(False, "Offload selective optimizer states to CPU")
     auto_ratio: float = doc(0.99, "Threshold of the 'auto' update interval", ge=0, le=1)

@@ -47,6 +47,11 @@ def coerce(value: Any, tp: Any) -> Any:
     if value is None:
         return None if optional else _NOT_COERCED
     origin = typing.get_origin(inner)
+    if origin is typing.Union:  # pydantic's smart mode: a member of the value's type wins, else the first that takes it
+        members = [m for m in typing.get_args(inner) if m is not type(None)]
+        if any(type(value) is m for m in members):
+            return value
+        return next((c for c in (coerce(value, m) for m in members) if c is not _NOT_COERCED), _NOT_COERCED)
     if origin in (list, List):
         (item,) = typing.get_args(inner) or (Any,)
         if not isinstance(value, (list, tuple)):
@@ -91,9 +96,10 @@ def plain_number(value: Any, tp: Any) -> Any:
     """``value`` as DeepSpeed means it in a key it reads from the plain dict, or ``_NOT_COERCED``: an integral float
     where an integer is expected (``1e5`` -> 100000), 0 or 1 where a boolean is (DeepSpeed uses its truth value)."""
     inner, _ = unwrap_optional(tp)
-    if inner is int and isinstance(value, float) and value.is_integer():
+    members = typing.get_args(inner) if typing.get_origin(inner) is typing.Union else (inner,)
+    if int in members and float not in members and isinstance(value, float) and value.is_integer():
         return int(value)
-    if inner is bool and type(value) is int and value in (0, 1):
+    if members == (bool,) and type(value) is int and value in (0, 1):
         return bool(value)
     return _NOT_COERCED
 

@@ -256,20 +256,6 @@ def dynamic_batching_needs_max_tokens(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule("parse", keys=("zero_optimization.zenflow.select_interval", "zero_optimization.zenflow.update_interval"))
-def zenflow_intervals(ds: Dict[str, Any]) -> List[Problem]:
-    zenflow = (ds.get("zero_optimization") or {}).get("zenflow") or {}
-    problems = []
-    for key, least in (("select_interval", None), ("update_interval", 1)):
-        value = zenflow.get(key, "auto")
-        path = f"{P}.zero_optimization.zenflow.{key}"
-        if isinstance(value, str) and value != "auto":
-            problems.append(Problem(path, f"{value!r} is neither 'auto' nor a number", "give 'auto' or a number"))
-        elif least is not None and isinstance(value, int) and not isinstance(value, bool) and value < least:
-            problems.append(Problem(path, f"{value} is out of range", f"must be 'auto' or >= {least}"))
-    return problems
-
-
 @rule("initialize", deepspeed_says="Amp and ZeRO are not currently compatible",
       keys=("amp.enabled", "zero_optimization.stage"))
 def amp_without_zero(ds: Dict[str, Any]) -> List[Problem]:

@@ -10,10 +10,10 @@ import dataclasses
 import inspect
 import math
 import typing
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from dsconf.errors import Problem, did_you_mean, join_path
-from dsconf.schema.introspect import default_of, dynamic_model, fields_of, model_node, unwrap_optional
+from dsconf.schema.introspect import default_of, dynamic_model, fields_of, model_key, model_node, unwrap_optional
 from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, OptimizerConfig
 from dsconf.schema.sparse_attention import SPARSITY_MODES
 from dsconf.validation.normalize import deepspeed_auto, is_auto
@@ -21,6 +21,7 @@ from dsconf.versions import at_least, known_in
 
 MISSING_VALUE = "???"
 MAX_GRAD_NORM = "max_grad_norm"  # refused in optimizer params by DeepSpeed's engine: see rules
+SPARSE_ATTENTION = "sparse_attention"  # its model is its mode's (dynamic_model)
 
 
 def check_model(value: Any, cls: type, path: str, target: str, problems: List[Problem]) -> None:
@@ -77,6 +78,11 @@ def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, pare
         model = dynamic_model(owner, field.name, model_node(field, value, parent))
         if model is not None:
             check_dynamic(value, model, owner, field.name, parent, path, target, problems)
+        elif field.name == SPARSE_ATTENTION and isinstance(value, dict):  # a mode that has no model
+            problems.append(Problem(join_path(path, "mode"), f"unknown sparsity mode {value.get('mode')!r}",
+                                    did_you_mean(str(value.get("mode")), SPARSITY_MODES)))
+        elif model_key(field) and not isinstance(value, dict):  # free-form params: keyword arguments
+            problems.append(Problem(path, f"expected a section (keyword arguments), got {value!r}"))
         return
     if dataclasses.is_dataclass(inner):
         check_model(value, inner, path, target, problems)
@@ -84,7 +90,7 @@ def check_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, pare
     if not _type_ok(value, inner):
         problems.append(Problem(path, f"expected {_type_label(inner)}, got {value!r}"))
         return
-    _check_constraints(value, meta, path, problems)
+    _check_constraints(value, inner, meta, path, problems)
 
 
 def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict, path: str, target: str,
@@ -103,7 +109,7 @@ def check_dynamic(value: Any, model: type, owner: type, name: str, parent: dict,
         if isinstance(params, dict) and MAX_GRAD_NORM in params:  # a rule of its own says what to do instead
             value = {**value, "params": {k: v for k, v in params.items() if k != MAX_GRAD_NORM}}
     check_model(value, model, path, target, problems)
-    if model is OptimizerConfig:
+    if model is OptimizerConfig and isinstance(value, dict):
         check_optimizer_type(value, path, target, problems)
 
 
@@ -154,6 +160,10 @@ def _torch_optimizer_names() -> List[str]:
 
 def _type_ok(value: Any, tp: Any) -> bool:
     origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        return any(_type_ok(value, member) for member in typing.get_args(tp))
+    if origin in (dict, Dict):
+        return isinstance(value, dict)
     if origin in (list, List):
         (item,) = typing.get_args(tp) or (Any,)
         return isinstance(value, list) and all(_type_ok(v, item) for v in value)
@@ -170,6 +180,10 @@ def _type_ok(value: Any, tp: Any) -> bool:
 
 def _type_label(tp: Any) -> str:
     origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        return " or ".join(_type_label(member) for member in typing.get_args(tp))
+    if origin in (dict, Dict):
+        return "a section"
     if origin in (list, List):
         (item,) = typing.get_args(tp) or (Any,)
         return f"a list of {_type_label(item)}"
@@ -177,7 +191,9 @@ def _type_label(tp: Any) -> str:
         tp, getattr(tp, "__name__", str(tp)))
 
 
-def _check_constraints(value: Any, meta: typing.Mapping[str, Any], path: str, problems: List[Problem]) -> None:
+def _check_constraints(value: Any, tp: Any, meta: typing.Mapping[str, Any], path: str, problems: List[Problem]
+                       ) -> None:
+    """``tp``: the value's type; in a Union of text and numbers, choices constrain the text and bounds the numbers."""
     if meta.get("finite") and isinstance(value, float) and not math.isfinite(value):
         problems.append(Problem(path, f"{value!r} is not a finite number", "give a finite number"))
         return
@@ -185,6 +201,8 @@ def _check_constraints(value: Any, meta: typing.Mapping[str, Any], path: str, pr
         problems.append(Problem(path, "must not be empty", "give a value, or remove the key for its default"))
         return
     choices = meta.get("choices")
+    if typing.get_origin(tp) is typing.Union and not isinstance(value, str):
+        choices = None
     if choices is not None:
         probe = value.lower() if meta.get("case_insensitive") and isinstance(value, str) else value
         if probe not in choices:

@@ -4,7 +4,7 @@ against pydantic itself), aliases folded into one canonical spelling, and both s
 from __future__ import annotations
 
 import warnings
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Union
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -15,7 +15,8 @@ from dsconf.validation.normalize import _NOT_COERCED, coerce
 
 VALUES = [True, False, 0, 1, 2, -3, 1.0, 0.0, 1.5, 5e8, 1e12, "1", "0", " 7 ", "1.0", "1.5", "1e3", "true", "False",
           "yes", "off", "t", "n", "abc", "", None, [1, 2], ["1", 2.0], [0.5]]
-TYPES = [int, float, bool, str, Optional[int], Optional[bool], List[int], List[float]]
+TYPES = [int, float, bool, str, Optional[int], Optional[bool], List[int], List[float], Union[str, int],
+         Union[int, str], Union[float, str]]
 
 
 @pytest.mark.parametrize("tp", TYPES, ids=str)

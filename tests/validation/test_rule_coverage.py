@@ -46,7 +46,6 @@ CASES: Dict[str, Tuple[str, Dict[str, Any]]] = {
         "curriculum_learning": {"enabled": True}}}}),
     "dynamic_batching_needs_max_tokens": (NEW, {"data_efficiency": {"data_sampling": {
         "dynamic_batching": {"enabled": True}}}}),
-    "zenflow_intervals": (NEW, {"zero_optimization": {"stage": 2, "zenflow": {"update_interval": 0}}}),
     "amp_without_zero": (OLD, {"amp": {"enabled": True}, "zero_optimization": {"stage": 1}}),
     "one_bit_optimizers_without_zero": (OLD, {"optimizer": {"type": "OneBitAdam", "params": {}},
                                               "zero_optimization": {"stage": 1}}),
