@@ -127,6 +127,6 @@ class ParallelismSections:
         None, "Ulysses sequence-parallel degree; DeepSpeed divides the world size by it; null = not written", ge=1)
     # read by deepspeed.initialize, not by DeepSpeedConfig: with sequence_parallel_size it shapes the device mesh
     data_parallel_size: Optional[int] = doc(
-        None, "Data-parallel degree of the (data, sequence) mesh deepspeed.initialize builds; needs "
-        "sequence_parallel_size; null = not written", ge=1)
+        None, "Data-parallel degree of deepspeed.initialize's (data, sequence) mesh; needs sequence_parallel_size",
+        ge=1)
     use_data_before_expert_parallelism: bool = doc(False, "Lay out data-parallel ranks before expert-parallel ones")

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import typing
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -333,8 +334,59 @@ def test_recorder_survives_the_copy_deepspeed_parses(facts_0198):
     assert "managed_gradient_accumulation" in facts_0198["top"]
 
 
+# deepspeed.initialize reads keys of the dict before (and beside) DeepSpeedConfig: a real initialize on a tiny model,
+# one rank on CPU, with a config that records every key looked up; the keys its branches read need their siblings
+# (data_parallel_size is read only when sequence_parallel_size is present).
+INITIALIZE_SCRIPT = r'''
+import json, os, socket, sys
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+os.environ.update(DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                  MASTER_PORT=str(port))
+import torch, deepspeed
+from deepspeed_oracle import RecordingDict
+
+config = RecordingDict(json.loads(sys.argv[1]), passes_on_copies=False)
+model = torch.nn.Linear(4, 4)
+engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+engine.backward(engine(torch.randn(2, 4)).sum())
+engine.step()
+print("READ=" + json.dumps(config.keys_read_by_section()))
+'''
+INITIALIZE_CONFIG = {"train_batch_size": 2, "train_micro_batch_size_per_gpu": 2, "sequence_parallel_size": 1,
+                     "data_parallel_size": 1, "tensor_parallel": {"autotp_size": 0},
+                     "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}}
+
+
+@pytest.fixture(scope="module")
+def initialize_reads() -> Dict[str, List[str]]:
+    tests_dir = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests_dir, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", INITIALIZE_SCRIPT, json.dumps(INITIALIZE_CONFIG)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("READ=")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("READ="):])
+
+
+@pytest.mark.slow  # a real deepspeed.initialize
+def test_keys_deepspeed_initialize_reads_are_in_the_schema(initialize_reads, facts_0198):
+    outside_the_parser = set(initialize_reads[""]) - set(facts_0198["top"])
+    assert "data_parallel_size" in outside_the_parser  # the recording sees what the parser never reads
+    assert outside_the_parser - set(fields_of(DeepSpeedConfig)) == set()
+    assert "autotp_size" in initialize_reads["tensor_parallel"]
+    from dsconf.schema.parallelism import TensorParallelConfig
+
+    assert set(initialize_reads["tensor_parallel"]) <= set(fields_of(TensorParallelConfig))
+
+
+# Top-level keys deepspeed.initialize reads outside DeepSpeedConfig (held by the test above).
+READ_BY_INITIALIZE = {"data_parallel_size"}
+
+
 def test_top_level_keys_are_the_ones_deepspeed_reads(facts_0198):
-    read = set(facts_0198["top"]) | {"elasticity"}  # elasticity: read by a separate path in older versions
+    read = set(facts_0198["top"]) | {"elasticity"} | READ_BY_INITIALIZE  # elasticity: a separate path, older versions
     ours = set(fields_of(DeepSpeedConfig))
     assert read - ours == set(), "keys DeepSpeed reads that the schema does not model"
     dsconf_only = ours - read
