@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import warnings
-from typing import List, Optional
+from typing import Any, List, Optional, Sequence
 
 from dsconf.errors import EXIT_CONFIG_ERROR, ConfigError
 from dsconf.schema.root import DEEPSPEED_NODE
@@ -18,56 +18,104 @@ EXIT_INVALID_FILE = 1  # validate/import: the file was read and has problems
 EXIT_UNREADABLE = 2  # validate/import: missing or malformed file
 EXIT_NOT_A_SWEEP = 2  # report: the dir is missing, holds no sweep, or its report cannot be written
 EXIT_MISSING_EXTRA = 3  # report: matplotlib (the dsconf[report] extra) is not installed
+NO_BATCH_NOTE = (f"no batch size yet, which DeepSpeed needs: set {DEEPSPEED_NODE}.train_micro_batch_size_per_gpu="
+                 f"<per-GPU batch> (or {DEEPSPEED_NODE}.train_batch_size=<global batch>); until then `dsconf check` "
+                 "and a run refuse this config")
+
+
+# Each subcommand's examples, shown by its --help; each runs as written from a checkout's root (tests/test_readme.py
+# runs them). A trailing "# exit N" states a status other than 0.
+EXAMPLES = {
+    "show": ["dsconf show zero=stage2 precision=bf16",
+             "dsconf show zero=stage3 deepspeed.train_micro_batch_size_per_gpu=4 --world-size 8",
+             "dsconf show --config-dir conf --config-name config +experiment=zero2_bf16_warmup --world-size 2",
+             "dsconf show --explain-launch dist.nproc_per_node=2"],
+    "check": ["dsconf check zero=stage2 precision=bf16 deepspeed.train_batch_size=64 --world-size 8",
+              "dsconf check --config-dir conf --config-name config --world-size 4"],
+    "validate": ["dsconf validate examples/ds_configs/hf_zero3.json",
+                 "dsconf validate examples/ds_configs/silent_mistakes.json   # exit 1: its two problems"],
+    "import": ["dsconf import examples/ds_configs/hf_zero3.json -o hf_zero3.yaml"],
+    "explain": ["dsconf explain deepspeed.zero_optimization.stage",
+                "dsconf explain deepspeed.optimizer.params optimizer=lamb",
+                "dsconf explain"],
+    "describe": ["dsconf describe deepspeed.fp16"],
+    "diff": ['dsconf diff "" "zero=stage2 precision=bf16"   # exit 1: they differ',
+             'dsconf diff --config-dir conf --config-name config "" "zero=stage3"   # exit 1: they differ'],
+    "groups": ["dsconf groups"],
+    "estimate": ["dsconf estimate --params 7b --gpus-per-node 8 --gpu-memory 80",
+                 "dsconf estimate --params 350m zero=stage3 --json"],
+    "schema": ["dsconf schema -o ds_config.schema.json"],
+    "report": ["dsconf report multirun/first   # the sweep of the README's quickstart"],
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with each subcommand's examples in its --help."""
+
+    def __init__(self, *args: Any, examples: Sequence[str] = (), **kwargs: Any) -> None:
+        if examples:
+            kwargs["epilog"] = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+            kwargs["formatter_class"] = argparse.RawDescriptionHelpFormatter
+        super().__init__(*args, **kwargs)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dsconf", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("show", "print the DeepSpeed JSON for a composition"),
+    parser = _Parser(prog="dsconf", description=__doc__,
+                     examples=[lines[0] for lines in EXAMPLES.values()][:6] + ["dsconf COMMAND --help: more"])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=help_text, examples=EXAMPLES[name])
+
+    for name, help_text in (("show", "print the DeepSpeed JSON for a composition (without a batch size: what it "
+                                     "can, and a note on what DeepSpeed still needs)"),
                             ("check", "validate a composition and report every problem")):
-        cmd = sub.add_parser(name, help=help_text)
+        cmd = add(name, help_text)
         cmd.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. zero=stage2 precision=bf16")
         cmd.add_argument("--world-size", type=int, default=None, help="total ranks (default: from dist)")
         cmd.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
-        cmd.add_argument("--config-dir", default=None, help="directory of a primary config that uses dsconf")
-        cmd.add_argument("--config-name", default="dsconf", help="primary config name (default: dsconf)")
+        _config_options(cmd)
         cmd.add_argument("--keep-auto", action="store_true", default=None,
                          help="keep HF's 'auto' values (the config goes to HF Trainer/Accelerate)")
         if name == "show":
             cmd.add_argument("--explain-launch", action="store_true",
                              help="instead of the JSON: what the launcher would do here and why (the environment "
                                   "detected, the variables it read, nodes, ranks per node, master, rendezvous)")
-    validate = sub.add_parser("validate", help="check existing DeepSpeed config files (JSON, hjson, YAML)")
+    validate = add("validate", "check existing DeepSpeed config files (JSON, hjson, YAML)")
     validate.add_argument("files", nargs="+", help="DeepSpeed config files")
-    importer = sub.add_parser("import", help="turn a DeepSpeed config file into a Hydra primary config using dsconf")
+    importer = add("import", "turn a DeepSpeed config file into a Hydra primary config using dsconf")
     importer.add_argument("file", help="a DeepSpeed config file (JSON, hjson, YAML)")
     importer.add_argument("-o", "--output", required=True, help="YAML file to write (a primary config)")
+    importer.add_argument("--force", action="store_true", help="replace the output file if it exists")
     for cmd in (validate, importer):
         cmd.add_argument("--world-size", type=int, default=None,
                          help="total ranks (default: what the file's batch triple implies, else 1)")
         cmd.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
-        cmd.add_argument("--keep-auto", action="store_true", default=None,
-                         help="allow HF's 'auto' values (default: yes when the file has any, for import)")
-    explain = sub.add_parser("explain", help="what a key means: description, type, default, allowed values, "
-                             "DeepSpeed versions, aliases, the group options that set it and the rules on it")
+        cmd.add_argument("--keep-auto", action=argparse.BooleanOptionalAction, default=None,
+                         help="leave HF's 'auto' values for HF Trainer/Accelerate to fill (default: yes when the "
+                              "file has any: it is an HF template); --no-keep-auto: each 'auto' is an error")
+    explain = add("explain", "what a key means: description, type, default, allowed values, DeepSpeed versions, "
+                  "aliases, the group options that set it and the rules on it")
     explain.add_argument("key", nargs="?", default="",
                          help="dotted path, e.g. deepspeed.fp16 or zero_optimization.stage (none: the section tree)")
     explain.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
     explain.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
-    describe = sub.add_parser("describe", help="the key listing of `dsconf explain PATH` (kept for scripts)")
+    describe = add("describe", "the key listing of `dsconf explain PATH` (kept for scripts)")
     describe.add_argument("key", nargs="?", default=DEEPSPEED_NODE, metavar="path",
                           help="dotted path, e.g. deepspeed.fp16")
     describe.add_argument("overrides", nargs="*", help="group choices that decide params, e.g. optimizer=lamb")
-    diff = sub.add_parser("diff", help="the DeepSpeed keys that differ between two configs, defaults applied")
+    diff = add("diff", "the DeepSpeed keys that differ between two configs, defaults applied")
     for side in ("a", "b"):
         diff.add_argument(side, help="a DeepSpeed config file, a run's output dir (its ds_config.json), or "
-                                     "overrides as one argument ('zero=stage2 precision=bf16'; '' = dsconf's defaults)")
+                                     "overrides as one argument ('zero=stage2 precision=bf16'; '' = the primary "
+                                     "config's defaults)")
     diff.add_argument("--world-size", type=int, default=None,
                       help="total ranks (default: what a file's batch triple implies, else dsconf's default)")
     diff.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
-    sub.add_parser("groups", help="list config groups and their options")
-    estimate = sub.add_parser("estimate", help="model-state memory per GPU and per node under each ZeRO option, "
-                              "from DeepSpeed's estimators")
+    _config_options(diff, what="override sides are composed from")
+    add("groups", "list config groups and their options")
+    estimate = add("estimate", "model-state memory per GPU and per node under each ZeRO option, from DeepSpeed's "
+                   "estimators")
     estimate.add_argument("overrides", nargs="*", help="Hydra overrides: mark the row of the composed config")
     estimate.add_argument("--params", required=True, help="total parameters, e.g. 7b, 350m, 1.3e9, 1_000_000")
     estimate.add_argument("--largest-layer-params", default=None,
@@ -77,19 +125,45 @@ def _parser() -> argparse.ArgumentParser:
     estimate.add_argument("--gpu-memory", type=float, default=None, metavar="GiB",
                           help="memory of one GPU: say which rows fit")
     estimate.add_argument("--json", action="store_true", help="print the rows as a JSON list")
-    schema = sub.add_parser("schema", help="write a JSON Schema of DeepSpeed's config file for editors (completion "
-                            "and errors as you type; cross-field rules stay with `dsconf validate`)")
+    schema = add("schema", "write a JSON Schema of DeepSpeed's config file for editors (completion and errors as "
+                 "you type; cross-field rules stay with `dsconf validate`)")
     schema.add_argument("--deepspeed-version", default=None, help="target DeepSpeed version (default: installed)")
     schema.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
-    report = sub.add_parser("report", help="write SWEEP_DIR/report.html: the summary table, each metric that varies "
-                            "against the swept parameters, the jobs' loss curves; of a tuning study (trials.json): "
-                            "throughput vs memory and step time per stage (needs the dsconf[report] extra)")
+    report = add("report", "write SWEEP_DIR/report.html: the summary table, each metric that varies against the "
+                 "swept parameters, the jobs' loss curves; of a tuning study (trials.json): throughput vs memory and "
+                 "step time per stage (needs the dsconf[report] extra)")
     report.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep's dir (hydra.sweep.dir)")
     return parser
 
 
+def _config_options(cmd: argparse.ArgumentParser, what: str = "") -> None:
+    cmd.add_argument("--config-dir", default=None,
+                     help=f"directory of a primary config that uses dsconf{f' ({what})' if what else ''}")
+    cmd.add_argument("--config-name", default="dsconf", help="primary config name (default: dsconf)")
+
+
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The arguments; an unknown option is one line naming the closest one (``--world_size``: ``--world-size``)."""
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    options = [o for o in unknown if o.startswith("-")]
+    if unknown and not options:
+        parser.parse_args(argv)  # argparse's own report (stray words)
+    if options:
+        import difflib
+
+        sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+        known = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+        word = options[0].split("=", 1)[0]
+        close = difflib.get_close_matches(word.replace("_", "-"), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"see dsconf {args.command} --help"
+        print(f"dsconf: {args.command}: unknown option {word} ({hint})", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG_ERROR)
+    return args
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     try:
         code = _run(args)
         sys.stdout.flush()  # here rather than at exit, so that a reader gone early is caught below
@@ -137,11 +211,15 @@ def _run(args: argparse.Namespace) -> int:
         config_dir = os.path.abspath(args.config_dir) if args.config_dir else None
         overrides = [*args.overrides, *(["keep_auto=true"] if args.keep_auto else [])]
         ds = compose(overrides, world_size=args.world_size, deepspeed_version=args.deepspeed_version,
-                     config_dir=config_dir, config_name=args.config_name)
+                     config_dir=config_dir, config_name=args.config_name, batch_optional=args.command == "show")
     for warning in caught:
         print(f"dsconf: warning: {warning.message}", file=sys.stderr)
     if args.command == "show":
+        from dsconf.export import batch_missing
+
         print(json.dumps(ds, indent=2))
+        if batch_missing(ds):
+            print(f"dsconf: note: {NO_BATCH_NOTE}", file=sys.stderr)
     else:
         print(f"OK: train_batch_size={ds['train_batch_size']} micro={ds['train_micro_batch_size_per_gpu']} "
               f"gas={ds['gradient_accumulation_steps']}")
@@ -166,7 +244,7 @@ def _validate(args: argparse.Namespace) -> int:
     code = 0
     for path in args.files:
         report = check_file(path, world_size=args.world_size, target=args.deepspeed_version,
-                            keep_auto=bool(args.keep_auto))
+                            keep_auto=args.keep_auto)
         stream = sys.stdout if report.ok else sys.stderr
         for line in render(report):
             print(line, file=stream)
@@ -175,17 +253,23 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from dsconf.importer import import_file
+    """Exit 0 written; 1 the file has problems; 2 it cannot be read, or -o names nothing import may write."""
+    from dsconf.importer import BadOutput, check_output, import_file
     from dsconf.validate_files import render
 
-    report, written = import_file(args.file, args.output, world_size=args.world_size,
-                                  target=args.deepspeed_version, keep_auto=args.keep_auto)
+    try:
+        check_output(args.output, force=args.force)
+        report, written = import_file(args.file, args.output, world_size=args.world_size,
+                                      target=args.deepspeed_version, keep_auto=args.keep_auto)
+    except BadOutput as err:
+        print(f"dsconf: {err}", file=sys.stderr)
+        return EXIT_UNREADABLE
     if written is None:
         for line in render(report):
             print(line, file=sys.stderr)
         return EXIT_UNREADABLE if report.unreadable else EXIT_INVALID_FILE
     for line in render(report):
-        print(line, file=sys.stderr if report.warnings and "warning" in line else sys.stdout)
+        print(line, file=sys.stderr if report.warnings and ": warning: " in line else sys.stdout)
     print(f"wrote {written}: try `dsconf show --config-dir {os.path.dirname(written) or '.'} "
           f"--config-name {os.path.splitext(os.path.basename(written))[0]} --world-size {report.world_size}`")
     return 0

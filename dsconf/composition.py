@@ -17,12 +17,14 @@ from dsconf.names import BASE_CONFIG_NAME
 
 def compose(overrides: Iterable[str] = (), *, world_size: Optional[int] = None,
             deepspeed_version: Optional[str] = None, config_dir: Optional[str] = None,
-            config_name: str = BASE_CONFIG_NAME) -> dict:
-    """Compose with ``overrides`` and export: the plain DeepSpeed dict, or ``ConfigError``."""
+            config_name: str = BASE_CONFIG_NAME, batch_optional: bool = False) -> dict:
+    """Compose with ``overrides`` and export: the plain DeepSpeed dict, or ``ConfigError``. ``batch_optional``:
+    see ``dsconf.export.to_deepspeed``."""
     from dsconf.export import to_deepspeed
 
     cfg = compose_config(overrides, config_dir=config_dir, config_name=config_name)
-    return to_deepspeed(cfg, world_size=world_size, deepspeed_version=deepspeed_version)
+    return to_deepspeed(cfg, world_size=world_size, deepspeed_version=deepspeed_version,
+                        batch_optional=batch_optional)
 
 
 def compose_config(overrides: Iterable[str] = (), *, config_dir: Optional[str] = None,
@@ -50,6 +52,10 @@ _FULL_KEY = re.compile(r"full_key: (\S+)")
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
 _OVERRIDE_KEY = re.compile(r"Could not (?:override|append to config|delete from config)[^']*'([^']+)'")
 _APPEND = re.compile(r"To append to your config use (\+\S+)")
+_NOT_LOADED = re.compile(r"In '([^']+)': Could not load '([^']+)'")
+# Hydra's way out of a mistake, a line of its message: "To append to your default list use +experiment=x",
+# "3. To sweep over it, add --multirun to your command line"
+_ADVICE = re.compile(r"^(?:\d+\. )?To (.+)$", re.M)
 
 
 def hydra_error_to_config_error(err: BaseException) -> ConfigError:
@@ -65,6 +71,13 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
         options = group_options().get(group) or _available_options(text)
         return ConfigError(Problem(group, f"unknown option {option!r}", did_you_mean(option, options)
                                    if options else ""))
+    not_loaded = _NOT_LOADED.search(text)
+    if not_loaded:
+        primary, name = not_loaded.groups()
+        return ConfigError(Problem(primary, f"its defaults list names {name!r}, which is neither a config file here "
+                                   "nor in Hydra's ConfigStore",
+                                   "a config the training script registers in ConfigStore (as examples/train.py does) "
+                                   "is composed by the script's own command line, e.g. `python train.py --cfg job`"))
     bad_override = next((getattr(e, "override", None) for e in chain if getattr(e, "override", None)), None)
     if bad_override is not None or "OverrideParseException" in {type(e).__name__ for e in chain}:
         shown = getattr(bad_override, "input_line", None) or str(bad_override or "")
@@ -90,7 +103,9 @@ def hydra_error_to_config_error(err: BaseException) -> ConfigError:
     message = _first_line(str(omega) if omega is not None else str(err))
     if omega is not None and re.search(r"Key '[^']+' (is )?not in", str(omega)):
         message = "unknown key"  # its hint comes from hydra_error_with_overrides, which knows the overrides
-    return ConfigError(Problem(path or "overrides", message))
+        return ConfigError(Problem(path or "overrides", message))
+    advice = "; ".join(f"to {line.rstrip('.')}" for line in _ADVICE.findall(text.replace("\\'", "'")))  # Hydra's words
+    return ConfigError(Problem(path or "overrides", message, advice))
 
 
 def exception_chain(err: BaseException) -> List[BaseException]:

@@ -17,7 +17,7 @@ import os
 import shlex
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 RUN_CONFIG = "ds_config.json"  # what the launcher writes into a run's output dir
@@ -37,6 +37,7 @@ class Side:
     file: Optional[str] = None
     overrides: Optional[List[str]] = None
     config: Optional[Dict[str, Any]] = None  # a file's content, read before the world size is decided
+    warnings: List[str] = field(default_factory=list)  # what reading the file found
 
 
 def parse_side(arg: str) -> Side:
@@ -52,8 +53,10 @@ def parse_side(arg: str) -> Side:
         path = arg
     else:
         return Side(label=f"overrides {arg!r}", overrides=shlex.split(arg))
+    side = Side(label=path, file=path)
     try:
-        return Side(label=path, file=path, config=read_config_file(path))
+        side.config = read_config_file(path, side.warnings)
+        return side
     except UnreadableConfig as err:
         raise BadSide(str(err)) from None
 
@@ -79,8 +82,10 @@ def implied_world(sides: List[Side]) -> Optional[int]:
     return None
 
 
-def exported(side: Side, world_size: Optional[int], version: Optional[str]) -> Tuple[Dict[str, Any], List[str]]:
-    """The side's DeepSpeed dict as dsconf exports it, and the warnings doing so gave."""
+def exported(side: Side, world_size: Optional[int], version: Optional[str], *, config_dir: Optional[str] = None,
+             config_name: Optional[str] = None) -> Tuple[Dict[str, Any], List[str]]:
+    """The side's DeepSpeed dict as dsconf exports it, and the warnings doing so gave. Override sides are composed
+    from ``config_dir``/``config_name`` (a training script's primary config), else from dsconf's base config."""
     from dsconf.errors import ConfigError
 
     if side.config is not None:
@@ -97,11 +102,13 @@ def exported(side: Side, world_size: Optional[int], version: Optional[str]) -> T
 
     from dsconf.composition import compose_config
     from dsconf.export import to_deepspeed
+    from dsconf.names import BASE_CONFIG_NAME
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            cfg = compose_config(side.overrides or [])
+            cfg = compose_config(side.overrides or [], config_dir=os.path.abspath(config_dir) if config_dir else None,
+                                 config_name=config_name or BASE_CONFIG_NAME)
             left_out = batch_left_out(OmegaConf.to_container(cfg.deepspeed, resolve=False))
             ds = to_deepspeed(cfg, world_size=world_size, deepspeed_version=version,
                               keep_auto=True if left_out else None)
@@ -184,8 +191,10 @@ def run(args: argparse.Namespace) -> int:
         world = args.world_size or implied_world(sides)
         dicts = []
         for side in sides:
-            ds, caught = exported(side, args.world_size if side.file else world, args.deepspeed_version)
-            for message in caught:
+            ds, caught = exported(side, args.world_size if side.file else world, args.deepspeed_version,
+                                  config_dir=getattr(args, "config_dir", None),
+                                  config_name=getattr(args, "config_name", None))
+            for message in [*side.warnings, *caught]:
                 print(f"dsconf: warning: {side.label}: {message}", file=sys.stderr)
             dicts.append(ds)
     except BadSide as err:

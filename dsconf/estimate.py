@@ -114,7 +114,13 @@ def default_largest_layer(params: int) -> int:
 
 
 def _estimators() -> Tuple[Callable[..., Tuple[int, int]], Callable[..., Tuple[int, int, int]]]:
-    """DeepSpeed's two estimators, imported here so ``import dsconf`` never pulls in DeepSpeed or torch."""
+    """DeepSpeed's two estimators, imported here so ``import dsconf`` never pulls in DeepSpeed or torch. DeepSpeed's
+    note on the accelerator it picks at import is left out: the estimators use none."""
+    import logging
+
+    quiet = _NotFrom("real_accelerator")
+    logger = logging.getLogger("DeepSpeed")  # the logger DeepSpeed's own logging sets up on import
+    logger.addFilter(quiet)
     try:
         from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
         from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
@@ -123,7 +129,19 @@ def _estimators() -> Tuple[Callable[..., Tuple[int, int]], Callable[..., Tuple[i
         why = "DeepSpeed is not installed" if missing else f"DeepSpeed failed to import ({err})"
         raise EstimateError(f"estimate uses DeepSpeed's memory estimators, but {why}: install the dsconf[deepspeed] "
                             f"extra (pip install 'dsconf[deepspeed]')") from None
+    finally:
+        logger.removeFilter(quiet)
     return estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs
+
+
+class _NotFrom:
+    """A logging filter that drops the records of one module."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+
+    def filter(self, record: Any) -> bool:
+        return record.module != self.module
 
 
 def check_counts(**counts: int) -> None:

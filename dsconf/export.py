@@ -26,12 +26,14 @@ PREFIX = "deepspeed"
 
 
 def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_version: Optional[str] = None,
-                 keep_auto: Optional[bool] = None) -> dict:
+                 keep_auto: Optional[bool] = None, batch_optional: bool = False) -> dict:
     """The validated, plain, JSON-serialisable DeepSpeed dict for a composed config.
 
     ``cfg`` is dsconf's composed config (with ``deepspeed`` and ``dist``). The data-parallel size comes from
     ``world_size`` (total ranks) if given, else the environment of a running distributed job, else ``cfg.dist``.
     ``keep_auto`` (default: the config's ``keep_auto``) keeps HF's "auto" values for HF Trainer/Accelerate.
+    ``batch_optional`` (``dsconf show``): a config that sets neither ``train_batch_size`` nor
+    ``train_micro_batch_size_per_gpu`` is exported without the batch keys instead of refused (see ``batch_missing``).
     """
     from omegaconf import DictConfig, OmegaConf
 
@@ -56,7 +58,13 @@ def to_deepspeed(cfg: Any, *, world_size: Optional[int] = None, deepspeed_versio
                                 "set keep_auto=false to fill at compose time, or hf=null to leave it to HF"))
     if cfg.get("hf") is not None and not keep:
         return _filled_as_hf(cfg, raw, ws, target, problems)
-    return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=keep)
+    return build_deepspeed_dict(raw, world_size=ws, target=target, problems=problems, keep_auto=keep,
+                                batch_optional=batch_optional)
+
+
+def batch_missing(ds: Mapping[str, Any]) -> bool:
+    """Whether an exported dict lacks the batch size DeepSpeed needs (only ``batch_optional`` exports do)."""
+    return "train_batch_size" not in ds
 
 
 def _filled_as_hf(cfg: Any, raw: Dict[str, Any], ws: Optional[int], target: str, problems: List[Problem]) -> dict:
@@ -91,12 +99,15 @@ def plain_deepspeed_node(node: Any, problems: List[Problem]) -> Dict[str, Any]:
 
 
 def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], target: str,
-                         problems: Optional[List[Problem]] = None, keep_auto: bool = False) -> dict:
+                         problems: Optional[List[Problem]] = None, keep_auto: bool = False,
+                         batch_optional: bool = False) -> dict:
     """Validate a plain DeepSpeed dict (DeepSpeed's or dsconf's vocabulary: aliases, legacy keys and values
     DeepSpeed coerces are accepted) and return what DeepSpeed should get, in canonical spellings and types.
 
     With ``keep_auto`` HF's "auto" values stay for HF Trainer/Accelerate to fill (batch keys that are not
     given become "auto" too), and the batch triple is derived only when none of it is "auto".
+    With ``batch_optional``, a dict that gives neither ``train_batch_size`` nor ``train_micro_batch_size_per_gpu``
+    is returned without them (what can be shown of it) instead of refused.
     """
     problems = list(problems or [])
     ds = copy.deepcopy(dict(ds))
@@ -111,9 +122,11 @@ def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], ta
     problems.extend(translate_legacy(ds, PREFIX))
     problems.extend(check_rules(ds, structure_ok=not problems))
     left_to_hf = keep_auto and any(value is None for value in batch.values())
+    no_batch = (batch_optional and not left_to_hf and batch["train_batch_size"] is None
+                and batch["train_micro_batch_size_per_gpu"] is None)
     triple = None
-    if world_size is not None and not left_to_hf and not any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS}
-                                                             for p in problems):
+    batch_problem = any(p.path in {f"{PREFIX}.{k}" for k in BATCH_KEYS} for p in problems)
+    if world_size is not None and not left_to_hf and not no_batch and not batch_problem:
         try:
             triple = derive_batch(*(batch[k] for k in BATCH_KEYS), world_size, prefix=PREFIX)
         except ConfigError as err:
@@ -122,6 +135,8 @@ def build_deepspeed_dict(ds: Mapping[str, Any], *, world_size: Optional[int], ta
         raise ConfigError(problems)
     if left_to_hf:
         batch_out = {key: AUTO if value is None else value for key, value in batch.items()}
+    elif no_batch:
+        batch_out = {key: value for key, value in batch.items() if value is not None}
     else:
         assert triple is not None
         batch_out = triple.as_dict()

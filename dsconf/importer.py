@@ -22,7 +22,26 @@ from dsconf.groups import OPTIMIZER_OPTIONS, SCHEDULER_OPTIONS, ZERO
 from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.introspect import default_of, dynamic_model, fields_of, model_node, unwrap_optional, with_defaults
 from dsconf.schema.root import DEEPSPEED_NODE, DEFAULT_GROUPS
-from dsconf.validate_files import FileReport, check_config, has_auto
+from dsconf.validate_files import FileReport, check_config
+
+
+class BadOutput(Exception):
+    """``-o`` names nothing ``import`` may write: one line, printed as ``dsconf: <message>``."""
+
+
+def check_output(output: str, *, force: bool = False) -> None:
+    """``BadOutput`` unless ``output`` is a file ``import`` may write: not a directory, in a directory that exists,
+    and not an existing file unless ``force`` (a hand-written config is never replaced without being asked)."""
+    if os.path.isdir(output):
+        raise BadOutput(f"-o {output}: is a directory (name the YAML file to write, e.g. "
+                        f"{os.path.join(output, 'imported.yaml')})")
+    parent = os.path.dirname(output) or "."
+    if not os.path.isdir(parent):
+        raise BadOutput(f"-o {output}: the directory {parent} does not exist (create it, or write elsewhere)")
+    if os.path.lexists(output) and not force:
+        raise BadOutput(f"-o {output}: the file exists, and import does not replace it (--force replaces it, or "
+                        "choose another name)")
+
 
 HEADER = "# Imported from {source} by `dsconf import`: dsconf's groups, and only the keys that differ from them.\n"
 
@@ -30,12 +49,14 @@ HEADER = "# Imported from {source} by `dsconf import`: dsconf's groups, and only
 def import_file(source: str, output: str, *, world_size: Optional[int] = None, target: Optional[str] = None,
                 keep_auto: Optional[bool] = None) -> Tuple[FileReport, Optional[str]]:
     """Validate ``source`` and write the primary config to ``output``; (report, written path or None)."""
+    read_warnings: List[str] = []
     try:
-        config = read_config_file(source)
+        config = read_config_file(source, read_warnings)
     except UnreadableConfig as err:
         return FileReport(path=source, unreadable=str(err)), None
-    keep = has_auto(config) if keep_auto is None else keep_auto
-    report = check_config(config, world_size=world_size, target=target, keep_auto=keep, path=source)
+    report = check_config(config, world_size=world_size, target=target, keep_auto=keep_auto, path=source)
+    report.warnings[:0] = read_warnings
+    keep = report.keep_auto
     if not report.ok:
         return report, None
     assert report.exported is not None
@@ -43,8 +64,11 @@ def import_file(source: str, output: str, *, world_size: Optional[int] = None, t
     text = primary_config_yaml(report.exported, given_batch, source=os.path.basename(source), keep_auto=keep,
                                target=target)
     _check_round_trip(text, report, keep, target)
-    with open(output, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as err:
+        raise BadOutput(f"-o {output}: cannot write: {err.strerror or err}") from None
     return report, output
 
 

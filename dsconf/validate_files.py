@@ -2,6 +2,10 @@
 
 Each file is read as DeepSpeed reads it, then goes through ``build_deepspeed_dict`` (the one implementation
 of every rule). Problems are reported with the file's own dotted paths (no ``deepspeed.`` prefix).
+
+A file with HF's ``"auto"`` values is an HF Trainer/Accelerate template: unless told otherwise (``keep_auto``),
+``validate`` and ``import`` both check it as HF will run it, its "auto" values left for HF to fill, and say so in
+one line (``HF_TEMPLATE``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from dsconf.files import UnreadableConfig, read_config_file
 from dsconf.validation.normalize import is_auto
 
 PREFIX = EXPORT_PREFIX + "."  # files hold DeepSpeed's keys at the top: their paths drop it
+HF_TEMPLATE = ("an HF Trainer/Accelerate template ('auto' in {keys}): checked as HF will run it, each 'auto' left "
+               "for HF to fill, as --keep-auto does (--no-keep-auto: check it as DeepSpeed would run it alone, every "
+               "'auto' an error)")
 
 
 @dataclass
@@ -28,6 +35,8 @@ class FileReport:
     problems: List[Problem] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
     unreadable: str = ""
+    keep_auto: bool = False  # HF's "auto" values were left for HF to fill
+    hf_template: List[str] = field(default_factory=list)  # the "auto" keys of a file taken as HF's template
 
     @property
     def ok(self) -> bool:
@@ -48,21 +57,31 @@ def implied_world_size(config: Dict[str, Any]) -> int:
 
 
 def has_auto(value: Any) -> bool:
+    return bool(auto_keys(value))
+
+
+def auto_keys(value: Any, prefix: str = "") -> List[str]:
+    """The dotted paths that hold "auto"."""
     if isinstance(value, dict):
-        return any(has_auto(v) for v in value.values())
+        return [k for key, v in value.items() for k in auto_keys(v, f"{prefix}.{key}" if prefix else str(key))]
     if isinstance(value, list):
-        return any(has_auto(v) for v in value)
-    return is_auto(value)
+        return [k for i, v in enumerate(value) for k in auto_keys(v, f"{prefix}[{i}]")]
+    return [prefix] if is_auto(value) else []
 
 
 def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, target: Optional[str] = None,
-                 keep_auto: bool = False, path: str = "") -> FileReport:
+                 keep_auto: Optional[bool] = False, path: str = "") -> FileReport:
     """Validate one config dict. ``world_size`` counts all ranks (default: what the config's own batch triple
-    implies, else 1); DeepSpeed's ``sequence_parallel_size`` divides it, as DeepSpeed does."""
+    implies, else 1); DeepSpeed's ``sequence_parallel_size`` divides it, as DeepSpeed does. ``keep_auto`` None: a
+    config with "auto" values is HF's template (``FileReport.hf_template``) and they are kept."""
     from dsconf.versions import target_version
     from dsconf.world import data_parallel_size
 
     report = FileReport(path=path, world_size=world_size or implied_world_size(config))
+    if keep_auto is None:
+        report.hf_template = auto_keys(config)
+        keep_auto = bool(report.hf_template)
+    report.keep_auto = keep_auto
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -79,11 +98,14 @@ def check_config(config: Dict[str, Any], *, world_size: Optional[int] = None, ta
 
 
 def check_file(path: str, **options: Any) -> FileReport:
+    read_warnings: List[str] = []
     try:
-        config = read_config_file(path)
+        config = read_config_file(path, read_warnings)
     except UnreadableConfig as err:
         return FileReport(path=path, unreadable=str(err))
-    return check_config(config, path=path, **options)
+    report = check_config(config, path=path, **options)
+    report.warnings[:0] = read_warnings
+    return report
 
 
 def _file_path(path: str) -> str:
@@ -93,7 +115,11 @@ def _file_path(path: str) -> str:
 def render(report: FileReport) -> List[str]:
     if report.unreadable:
         return [f"{report.unreadable}"]
-    lines = [f"{report.path}: warning: {w}" for w in report.warnings]
+    lines = []
+    if report.hf_template:
+        count = len(report.hf_template)
+        lines.append(f"{report.path}: " + HF_TEMPLATE.format(keys=f"{count} key{'s' if count > 1 else ''}"))
+    lines += [f"{report.path}: warning: {w}" for w in report.warnings]
     if report.ok:
         ds = report.exported or {}
         lines.append(f"{report.path}: OK (world size {report.world_size}: train_batch_size="

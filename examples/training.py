@@ -22,7 +22,6 @@ the chain's entropy.
 from __future__ import annotations
 
 import copy
-import glob
 import json
 import logging
 import os
@@ -36,8 +35,6 @@ import torch.nn.functional as F
 from torch import nn
 
 METRICS_FILE = "metrics.json"
-FIRST_BUILD_NOTICE = "building DeepSpeed's CPU op once (about 2 minutes on first use)..."
-CPU_OPS = ("fused_adam", "deepspeed_shm_comm")  # DeepSpeed's Adam/AdamW on CPU, and its CPU communication op
 
 
 @dataclass
@@ -134,7 +131,8 @@ def prepare_deepspeed_env() -> None:
     - Without a GPU, select DeepSpeed's CPU accelerator explicitly (it would pick it itself, with a warning).
     - torch builds DeepSpeed's ops with the first ``ninja`` on PATH. A virtualenv has its own ninja, and two
       ninja versions do not read each other's build log, so alternating between them (venv activated or not)
-      rebuilds the cached ops every time: always use the one next to this interpreter when there is one.
+      rebuilds the cached ops every time: always use the one next to this interpreter when there is one (dsconf's
+      launcher does the same in every rank; this is for the example's training run without dsconf, under torchrun).
     """
     if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
         os.environ["DS_ACCELERATOR"] = "cpu"
@@ -142,23 +140,6 @@ def prepare_deepspeed_env() -> None:
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if os.access(os.path.join(bin_dir, "ninja"), os.X_OK) and path[:1] != [bin_dir]:
         os.environ["PATH"] = os.pathsep.join([bin_dir, *path])
-
-
-def cpu_ops_cached(ops: tuple[str, ...] = CPU_OPS) -> bool:
-    """Whether DeepSpeed's JIT-built CPU ops are in torch's extension cache already.
-
-    torch builds them in ``$TORCH_EXTENSIONS_DIR/<op>``, else ``~/.cache/torch_extensions/<python>_<device>/<op>``.
-    """
-    from torch.utils.cpp_extension import get_default_build_root
-
-    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
-    return all(glob.glob(os.path.join(root, "**", op, f"{op}*.so"), recursive=True) for op in ops)
-
-
-def announce_first_build() -> None:
-    """Say why the first ``deepspeed.initialize`` on a machine is slow, so that it does not look hung."""
-    if not torch.cuda.is_available() and not cpu_ops_cached():
-        print(FIRST_BUILD_NOTICE, flush=True)
 
 
 def describe_dtype(ds_config: dict[str, Any]) -> str:
@@ -209,8 +190,6 @@ def train(ds_config: dict[str, Any], model_cfg: ModelConfig, train_cfg: TrainCon
     n_params = sum(p.numel() for p in model.parameters())  # counted before ZeRO-3 partitions them
     data = MarkovData(model_cfg, train_cfg.seed)
 
-    if rank == 0:
-        announce_first_build()
     # DeepSpeed edits the dict it is given: hand it a copy and keep ours as it was saved in ds_config.json
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=copy.deepcopy(ds_config))

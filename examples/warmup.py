@@ -6,6 +6,9 @@ The first ``deepspeed.initialize`` on a machine JIT-compiles DeepSpeed's CPU Ada
 (about 2 minutes; torch caches them in ``~/.cache/torch_extensions`` or ``$TORCH_EXTENSIONS_DIR``). This script
 pays that once: ``deepspeed.initialize`` on a tiny model with Adam, one rank, one training step. A second run
 finds the cache and takes seconds. ``scripts/setup.sh`` runs it. Exit status 0 when the ops load.
+
+It sets up as dsconf's ranks do (``dsconf.launch.rank_setup``): the environment's own ninja, and a line before each
+op that is really built (ninja's dry run decides), so the set-up says when it is about to take minutes.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import sys
 import time
 
 import torch
-from training import FIRST_BUILD_NOTICE, cpu_ops_cached, prepare_deepspeed_env
+from training import prepare_deepspeed_env
+
+from dsconf.launch.rank_setup import prepare_rank
 
 
 def free_port() -> int:
@@ -31,12 +36,8 @@ def main() -> int:
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     prepare_deepspeed_env()
-    if torch.cuda.is_available():
-        print("warming up DeepSpeed on the GPU (its ops may be compiled on first use)...", flush=True)
-    elif cpu_ops_cached():
-        print("DeepSpeed's CPU ops are built already; checking that they load...", flush=True)
-    else:
-        print(FIRST_BUILD_NOTICE, flush=True)
+    prepare_rank()  # says so before an op is built
+    print(f"loading DeepSpeed's ops on the {'GPU' if torch.cuda.is_available() else 'CPU'}...", flush=True)
 
     start = time.perf_counter()
     import deepspeed

@@ -84,6 +84,9 @@ def run_rank(payload: RankPayload | str) -> bytes:
     if payload.cwd and os.getcwd() != payload.cwd:
         os.chdir(payload.cwd)
     _configure_rank_logging(payload.log_level)
+    from dsconf.launch.rank_setup import prepare_rank
+
+    prepare_rank()  # DeepSpeed's op builds: the environment's ninja, a line before a build or a long wait
 
     from dsconf.launch import context
 

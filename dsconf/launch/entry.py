@@ -79,7 +79,12 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
 
 
 def drop_launcher_arguments() -> None:
-    """Take the ``--local_rank=N`` DeepSpeed's launcher appends out of ``sys.argv``, before Hydra parses it."""
+    """Take the ``--local_rank=N`` DeepSpeed's launcher appends out of ``sys.argv``, before Hydra parses it; refuse
+    torchrun's options (``--nproc_per_node 2``) with the override that says the same."""
+    if any(arg.startswith("--") and not arg.startswith("--local") for arg in sys.argv[1:]):
+        from dsconf.launch.environments.torchrun import refuse_torchrun_options
+
+        refuse_torchrun_options(sys.argv[1:])
     if any(arg.startswith("--local") for arg in sys.argv[1:]):
         from dsconf.launch.environments.torchrun import local_rank_dropped
 
@@ -142,6 +147,9 @@ def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> 
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
     context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
     from dsconf.launch import trial_meter
+    from dsconf.launch.rank_setup import prepare_rank
+
+    prepare_rank()
 
     return trial_meter.run(task_fn, cfg, job_dir)  # a tuning trial: measured and stopped after its steps
 

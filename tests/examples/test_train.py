@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
-import torch
 from accelerator_here import accelerator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -262,26 +261,6 @@ def test_mistakes_stop_before_any_rank_starts(tmp_path: Path, args: List[str], w
 def test_warmup_script_loads_deepspeeds_cpu_ops(tmp_path: Path) -> None:
     proc = ok(run_example(script=EXAMPLES / "warmup.py", cwd=tmp_path))
     assert "DeepSpeed is ready" in proc.stdout
-
-
-def test_first_build_notice_when_the_op_cache_is_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture) -> None:
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        import training
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
-    assert not training.cpu_ops_cached()
-    if not torch.cuda.is_available():
-        training.announce_first_build()
-        assert training.FIRST_BUILD_NOTICE in capsys.readouterr().out
-    for op in training.CPU_OPS:  # what torch leaves behind once it has built an op
-        (tmp_path / op).mkdir()
-        (tmp_path / op / f"{op}.so").write_bytes(b"")
-    assert training.cpu_ops_cached()
-    training.announce_first_build()
-    assert capsys.readouterr().out == ""
 
 
 PRESETS = sorted(p.stem for p in (EXAMPLES / "conf" / "experiment").glob("*.yaml"))

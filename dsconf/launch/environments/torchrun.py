@@ -79,3 +79,30 @@ def local_rank_dropped(argv: list[str], environ: dict[str, str]) -> list[str]:
             raise ConfigError(Problem("--local_rank", f"{given} disagrees with LOCAL_RANK={current}",
                                       "the launcher sets both alike; unset the one you set yourself"))
     return kept
+
+
+def refuse_torchrun_options(argv: list[str]) -> None:
+    """A torchrun option on a dsconf app's command line (``--nproc_per_node 2``), which Hydra's parser would refuse
+    without a word on the way out: a ``ConfigError`` naming the override that says it (``dist.nproc_per_node=2``)."""
+    from dsconf.schema.dist import DistConfig
+    from dsconf.schema.introspect import fields_of
+
+    keys = set(fields_of(DistConfig))
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--") or _LOCAL_RANK_ARG.match(arg):
+            continue
+        flag, given, value = arg.partition("=")
+        name = flag[2:].replace("-", "_")
+        if not given:
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            value = following if following and not following.startswith("-") and "=" not in following else "VALUE"
+        if name in keys:
+            override = f"dist.{name}={value}"
+        elif name in ("master_addr", "master_port"):
+            override = "dist.rdzv_endpoint=HOST:PORT"
+        elif name == "standalone":
+            override = "nothing: a run on one node is standalone unless dist.rdzv_endpoint says otherwise"
+        else:
+            continue
+        raise ConfigError(Problem(flag, "is torchrun's option; a dsconf app takes launch settings as overrides",
+                                  f"write {override}" if override.startswith("dist.") else override))

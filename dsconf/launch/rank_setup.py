@@ -1,0 +1,273 @@
+"""What every rank dsconf runs sets up before the task: DeepSpeed's op builds neither repeat nor stall in silence, and
+DeepSpeed's known-harmless lines stay out of the user's way.
+
+DeepSpeed JIT-builds ops (its CPU Adam, its CPU communication op, ...) with ``torch.utils.cpp_extension``, which runs
+the first ``ninja`` on PATH in ``$TORCH_EXTENSIONS_DIR/<op>`` (else ``~/.cache/torch_extensions/<python>_<device>/
+<op>``). Three things go wrong there, each without a word from torch:
+
+- another ninja (the system's, when a venv's python runs without the venv activated) does not read the build log
+  of the one that built the op, and rebuilds it (minutes). ``use_environment_ninja`` puts the ninja of this
+  interpreter's environment first on PATH, as activating the environment would;
+- a build takes minutes. ``watch_op_builds`` asks ninja itself (``ninja -n``, a dry run of the very build torch is
+  about to run) whether anything will be built, and if so says so in one line first;
+- torch serialises builds with a ``lock`` file in the op's build dir and waits, silently and without end, while it
+  exists: an interrupted build leaves it behind. After ``WAIT_NOTICE_S`` of waiting the rank says which file it
+  waits for and what to do, and repeats it every ``WAIT_REPEAT_S``.
+
+``quiet_deepspeed`` drops two of DeepSpeed's lines that say nothing to the user: "DeepSpeed ... built successfully",
+printed on every rank of every run, and torch's FutureWarning about the collectives DeepSpeed calls by their
+deprecated names (only when DeepSpeed's own code made the call: the same warning for the user's code is kept).
+
+torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
+``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
+tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is applied when the module it
+wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import warnings
+from typing import Any, Callable, Dict, Optional
+
+WAIT_NOTICE_S = 5.0  # a rank waiting on another build's lock says so after this long
+WAIT_REPEAT_S = 60.0  # and again every this long
+TORCH_PRIVATE = ("torch.utils.cpp_extension._run_ninja_build(build_directory, verbose, error_prefix)",
+                 "torch.utils.file_baton.FileBaton.wait(self), .lock_file_path")
+BUILT_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
+DEPRECATED_COLLECTIVE = re.compile(r"`torch\.distributed\.\w+` is deprecated")
+
+
+def prepare_rank() -> None:
+    """Everything above, in this process (a rank, before its task runs)."""
+    use_environment_ninja()
+    watch_op_builds()
+    quiet_deepspeed()
+
+
+# ---------------------------------------------------------------------------------------------------- ninja
+def environment_ninja_dir() -> Optional[str]:
+    """The scripts dir of this interpreter's environment (a venv's ``bin``), when it holds a ninja."""
+    exe = "ninja" + (sysconfig.get_config_var("EXE") or "")
+    for folder in (os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
+        if folder and os.access(os.path.join(folder, exe), os.X_OK):
+            return folder
+    return None
+
+
+def use_environment_ninja(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """Put the environment's ninja first on ``environ``'s PATH (default: this process's) unless the first ninja there
+    is already that one; returns the dir put first, or None."""
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    folder = environment_ninja_dir()
+    if folder is None:
+        return None
+    path = environ.get("PATH", "")
+    first = shutil.which("ninja", path=path)
+    if first is not None and os.path.realpath(os.path.dirname(first)) == os.path.realpath(folder):
+        return None
+    environ["PATH"] = os.pathsep.join([folder, *[p for p in path.split(os.pathsep) if p]])
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ op builds
+def watch_op_builds() -> None:
+    """Announce each op build before it starts, and tell about a lock that keeps this rank waiting."""
+    after_import("torch.utils.cpp_extension", _wrap_cpp_extension)
+    after_import("torch.utils.file_baton", _wrap_file_baton)
+
+
+def _rank() -> str:
+    return os.environ.get("RANK", "0")
+
+
+def will_build(build_directory: str) -> bool:
+    """Whether ninja has anything to do in ``build_directory`` (its dry run, with the ninja torch will run)."""
+    try:
+        dry = subprocess.run(["ninja", "-n"], cwd=build_directory, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return True  # no answer: the build itself will tell
+    return "no work to do" not in dry.stdout
+
+
+def build_notice(build_directory: str) -> str:
+    name = os.path.basename(os.path.normpath(build_directory))
+    return (f"dsconf: rank {_rank()}: building the torch extension '{name}' in {build_directory} (DeepSpeed's ops take "
+            "minutes, once per torch and DeepSpeed version; later runs load the build)...")
+
+
+def wait_notice(lock: str, waited: float) -> str:
+    name = os.path.basename(os.path.dirname(lock))
+    try:
+        age = f", created {time.time() - os.path.getmtime(lock):.0f} s ago"
+    except OSError:
+        age = ""
+    return (f"dsconf: rank {_rank()}: waited {waited:.0f} s for the build lock of the torch extension '{name}' "
+            f"({lock}{age}): another process is building it, or an interrupted build left the file; if no build is "
+            f"running, delete it (rm {lock})")
+
+
+def _wrap_cpp_extension(module: Any) -> None:
+    original = getattr(module, "_run_ninja_build", None)
+    if original is None or getattr(original, "_dsconf", False):
+        return
+
+    @functools.wraps(original)
+    def run_ninja_build(build_directory: str, *args: Any, **kwargs: Any) -> Any:
+        if will_build(build_directory):
+            print(build_notice(build_directory), flush=True)
+        return original(build_directory, *args, **kwargs)
+
+    run_ninja_build._dsconf = True  # type: ignore[attr-defined]
+    module._run_ninja_build = run_ninja_build
+
+
+def _wrap_file_baton(module: Any) -> None:
+    baton = getattr(module, "FileBaton", None)
+    original = getattr(baton, "wait", None)
+    if original is None or getattr(original, "_dsconf", False):
+        return
+
+    @functools.wraps(original)
+    def wait(self: Any) -> Any:
+        done = threading.Event()
+        teller = threading.Thread(target=_tell_while_waiting, args=(self.lock_file_path, done), daemon=True)
+        teller.start()
+        try:
+            return original(self)
+        finally:
+            done.set()
+
+    wait._dsconf = True  # type: ignore[attr-defined]
+    baton.wait = wait
+
+
+def _tell_while_waiting(lock: str, done: threading.Event) -> None:
+    start = time.monotonic()
+    delay = WAIT_NOTICE_S
+    while not done.wait(delay):
+        print(wait_notice(lock, time.monotonic() - start), flush=True)
+        delay = WAIT_REPEAT_S
+
+
+# ------------------------------------------------------------------------------------------ DeepSpeed's noise
+def quiet_deepspeed() -> None:
+    after_import("deepspeed.comm.torch", functools.partial(_without_built_line, function="build_shm_op"))
+    after_import("deepspeed.comm.ccl", functools.partial(_without_built_line, function="build_ccl_op"))
+    if not getattr(warnings.showwarning, "_dsconf", False):
+        warnings.showwarning = _unless_deepspeed_called(warnings.showwarning)
+
+
+def _without_built_line(module: Any, function: str) -> None:
+    original = getattr(module, function, None)
+    if original is None or getattr(original, "_dsconf", False):
+        return
+
+    @functools.wraps(original)
+    def build(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.redirect_stdout(LineFilter(sys.stdout, BUILT_LINE)) as out:
+            try:
+                return original(*args, **kwargs)
+            finally:
+                out.close()
+
+    build._dsconf = True  # type: ignore[attr-defined]
+    setattr(module, function, build)
+
+
+class LineFilter(io.TextIOBase):
+    """Writes whole lines through to ``stream``, except those ``pattern`` matches; ``close`` passes on the rest."""
+
+    def __init__(self, stream: Any, pattern: re.Pattern) -> None:
+        self.stream, self.pattern, self.pending = stream, pattern, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if not self.pattern.match(line):
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.pending and not self.pattern.match(self.pending):
+            self.stream.write(self.pending)
+        self.pending = ""
+        self.stream.flush()
+
+
+def _unless_deepspeed_called(showwarning: Callable[..., Any]) -> Callable[..., Any]:
+    deepspeed_dir = os.sep + "deepspeed" + os.sep
+
+    @functools.wraps(showwarning)
+    def show(message: Any, category: type, *args: Any, **kwargs: Any) -> Any:
+        if issubclass(category, FutureWarning) and DEPRECATED_COLLECTIVE.search(str(message)):
+            frame = sys._getframe(1)
+            while frame is not None:
+                if deepspeed_dir in frame.f_code.co_filename:
+                    return None  # DeepSpeed's call, not the user's: nothing they can change
+                frame = frame.f_back
+        return showwarning(message, category, *args, **kwargs)
+
+    show._dsconf = True  # type: ignore[attr-defined]
+    return show
+
+
+# ------------------------------------------------------------------------------------------------ after import
+def after_import(name: str, callback: Callable[[Any], None]) -> None:
+    """Call ``callback(module)`` once module ``name`` is imported: now if it is, else right after its import."""
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _AfterImport):
+            finder.callbacks.setdefault(name, []).append(callback)
+            return
+    sys.meta_path.insert(0, _AfterImport({name: [callback]}))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a watched module it lets the other finders find it, then runs the callbacks once
+    the module's code has run."""
+
+    def __init__(self, callbacks: Dict[str, list]) -> None:
+        self.callbacks = callbacks
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.callbacks:
+            return None
+        callbacks = self.callbacks.pop(name)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+
+        def exec_then_call(module: Any) -> None:
+            exec_module(module)
+            for callback in callbacks:
+                callback(module)
+
+        loader.exec_module = exec_then_call  # the loader is this spec's own (one per module found)
+        return spec
