@@ -7,6 +7,7 @@ dsconf's own store and reach Hydra only through dsconf's config source, in dscon
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Dict
 
 from hydra.core.config_store import ConfigStore
@@ -132,9 +133,11 @@ def register() -> None:
     cs.store(name=BASE_CONFIG_NAME, node=base, provider=PROVIDER)
 
 
+@functools.cache
 def option_settings() -> Dict[str, Dict[str, Any]]:
     """'group=option' -> the config that option composes in, as a nested dict from the root (its package
-    applied), read back from the group store: what Hydra merges, not a second description of the options."""
+    applied), read back from the group store: what Hydra merges, not a second description of the options.
+    Computed once (the store does not change); callers read it and leave it as it is."""
     from omegaconf import OmegaConf
 
     register()
