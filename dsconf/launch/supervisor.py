@@ -34,6 +34,12 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 # on a loaded host, and is well under the 30 s torch elastic would wait for a rank that ignores SIGTERM.
 AGENT_STOP_GRACE_S = 10.0
 POLL_S = 0.2
+# A job whose ranks have printed nothing this long after the command started (the first job of a process) or after
+# the job started (the next jobs of a sweep) gets a line saying what they are doing, and another every
+# SILENT_REPEAT_S until they print: nobody waits over 10 s without a word.
+SILENT_START_S = 7.0
+SILENT_REPEAT_S = 9.0
+_jobs_supervised = 0  # in this process
 
 
 def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, Any]:
@@ -48,6 +54,8 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
     agent = multiprocessing.get_context("fork").Process(target=_agent_process, args=(sender, plan, arg, log_dir, tee),
                                                         name="dsconf-agent", daemon=False)
     started = time.monotonic()
+    silence = SilenceNotice(log_dir, since=started - (process_age() if _jobs_supervised == 0 else 0.0))
+    _count_job()
     deadline = started + plan.timeout if plan.timeout else None
     # torch bounds a rendezvous by join_timeout, except where its store client is stuck in C++: enforced here too
     join_deadline: Optional[float] = started + plan.join_timeout + AGENT_STOP_GRACE_S
@@ -72,6 +80,7 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
                     else:
                         message, open_pipe = value, False
                 now = time.monotonic()
+                silence.poll(now)
                 if stop is None and caught:
                     name = signal.Signals(caught[0]).name
                     stop = JobInterrupted(f"job stopped by {name}; every rank was terminated", log_dir=log_dir)
@@ -101,6 +110,51 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
         raise JobFailed(f"the elastic agent exited with code {agent.exitcode} before reporting; rank logs: {log_dir}",
                         log_dir=log_dir)
     return message
+
+
+def _count_job() -> None:
+    global _jobs_supervised
+    _jobs_supervised += 1
+
+
+class SilenceNotice:
+    """Says, on stderr, that the ranks are starting while none of them has written a byte to its log yet."""
+
+    def __init__(self, log_dir: str, since: float) -> None:
+        self.log_dir, self.since = log_dir, since
+        self.next_at: Optional[float] = since + SILENT_START_S
+
+    def poll(self, now: float) -> None:
+        if self.next_at is None or now < self.next_at:
+            return
+        if ranks_have_written(self.log_dir):
+            self.next_at = None
+            return
+        print(f"dsconf: starting the ranks, no output from them yet ({now - self.since:.0f} s): they import torch and "
+              f"the script's modules, join the process group and build the DeepSpeed engine (logs: {self.log_dir})",
+              file=sys.stderr, flush=True)
+        self.next_at = now + SILENT_REPEAT_S
+
+
+def ranks_have_written(log_dir: str) -> bool:
+    """Whether any rank's stdout or stderr log under ``log_dir`` (restarted attempts included) holds something."""
+    for root, _, files in os.walk(log_dir):
+        for name in files:
+            if name.endswith((".stdout.log", ".stderr.log")):
+                with contextlib.suppress(OSError):
+                    if os.path.getsize(os.path.join(root, name)) > 0:
+                        return True
+    return False
+
+
+def process_age() -> float:
+    """Seconds since this process started (Linux: from /proc), else 0."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            start_ticks = float(fh.read().rsplit(")", 1)[1].split()[19])
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
 
 
 def launch_config(plan: JobPlan, log_dir: str, *, tee: bool = True,
