@@ -14,9 +14,11 @@ the first ``ninja`` on PATH in ``$TORCH_EXTENSIONS_DIR/<op>`` (else ``~/.cache/t
   exists: an interrupted build leaves it behind. After ``WAIT_NOTICE_S`` of waiting the rank says which file it
   waits for and what to do, and repeats it every ``WAIT_REPEAT_S``.
 
-``quiet_deepspeed`` drops two of DeepSpeed's lines that say nothing to the user: "DeepSpeed ... built successfully",
-printed on every rank of every run, and torch's FutureWarning about the collectives DeepSpeed calls by their
-deprecated names (only when DeepSpeed's own code made the call: the same warning for the user's code is kept).
+``quiet_deepspeed`` drops lines of DeepSpeed's that say nothing to the user: "DeepSpeed ... built successfully",
+printed on every rank of every run; its warning "Attempting to get learning rate from scheduler before it has
+started", which its own engine set-up triggers on every rank with a warm-up schedule; and torch's FutureWarning about
+the collectives DeepSpeed calls by their deprecated names (only when DeepSpeed's own code made the call: the same
+warning for the user's code is kept).
 
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
@@ -47,6 +49,7 @@ TORCH_PRIVATE = ("torch.utils.cpp_extension._run_ninja_build(build_directory, ve
                  "torch.utils.file_baton.FileBaton.wait(self), .lock_file_path")
 BUILT_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
 DEPRECATED_COLLECTIVE = re.compile(r"`torch\.distributed\.\w+` is deprecated")
+SCHEDULER_NOT_STARTED = "Attempting to get learning rate from scheduler before it has started"
 
 
 def prepare_rank() -> None:
@@ -58,11 +61,23 @@ def prepare_rank() -> None:
 
 # ---------------------------------------------------------------------------------------------------- ninja
 def environment_ninja_dir() -> Optional[str]:
-    """The scripts dir of this interpreter's environment (a venv's ``bin``), when it holds a ninja."""
+    """Where this interpreter's environment keeps its ninja: its scripts dir (a venv's ``bin``) when that holds one,
+    else the dir of the executable the environment's ``ninja`` distribution installed (DeepSpeed requires it)."""
     exe = "ninja" + (sysconfig.get_config_var("EXE") or "")
     for folder in (os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
         if folder and os.access(os.path.join(folder, exe), os.X_OK):
             return folder
+    try:
+        from importlib import metadata
+
+        files = metadata.distribution("ninja").files or []
+    except Exception:  # not installed, or metadata without a RECORD
+        return None
+    for file in files:
+        if file.name == exe and file.parent.name in ("bin", "Scripts"):
+            path = os.path.normpath(str(file.locate()))
+            if os.access(path, os.X_OK):
+                return os.path.dirname(path)
     return None
 
 
@@ -165,6 +180,7 @@ def _tell_while_waiting(lock: str, done: threading.Event) -> None:
 def quiet_deepspeed() -> None:
     after_import("deepspeed.comm.torch", functools.partial(_without_built_line, function="build_shm_op"))
     after_import("deepspeed.comm.ccl", functools.partial(_without_built_line, function="build_ccl_op"))
+    after_import("deepspeed.utils.logging", _without_scheduler_warning)
     if not getattr(warnings.showwarning, "_dsconf", False):
         warnings.showwarning = _unless_deepspeed_called(warnings.showwarning)
 
@@ -184,6 +200,19 @@ def _without_built_line(module: Any, function: str) -> None:
 
     build._dsconf = True  # type: ignore[attr-defined]
     setattr(module, function, build)
+
+
+def _without_scheduler_warning(module: Any) -> None:
+    logger = getattr(module, "logger", None)
+    if logger is not None and not any(isinstance(f, _SchedulerNotStarted) for f in logger.filters):
+        logger.addFilter(_SchedulerNotStarted())
+
+
+class _SchedulerNotStarted:
+    """Drops DeepSpeed's warning that its engine asked the warm-up schedule for a learning rate at set-up."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith(SCHEDULER_NOT_STARTED)
 
 
 class LineFilter(io.TextIOBase):
