@@ -142,6 +142,14 @@ def _config_options(cmd: argparse.ArgumentParser, what: str = "") -> None:
     cmd.add_argument("--config-name", default="dsconf", help="primary config name (default: dsconf)")
 
 
+def _check_config_dir(args: argparse.Namespace) -> None:
+    config_dir = getattr(args, "config_dir", None)
+    if config_dir is not None and not os.path.isdir(config_dir):
+        what = "not a directory" if os.path.exists(config_dir) else "no such directory"
+        print(f"dsconf: --config-dir {config_dir}: {what} (the directory of the primary config)", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG_ERROR)
+
+
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     """The arguments; an unknown option is one line naming the closest one (``--world_size``: ``--world-size``)."""
     parser = _parser()
@@ -159,6 +167,7 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
         hint = f"did you mean {close[0]}?" if close else f"see dsconf {args.command} --help"
         print(f"dsconf: {args.command}: unknown option {word} ({hint})", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG_ERROR)
+    _check_config_dir(args)
     return args
 
 

@@ -1,0 +1,211 @@
+"""What every rank sets up first (``dsconf.launch.rank_setup``), against torch's real extension builder.
+
+The builds here are of a tiny torch extension (one C function: a second to compile) in a ``TORCH_EXTENSIONS_DIR`` of
+the test's own, through the same ``torch.utils.cpp_extension.load`` DeepSpeed's ops go through; DeepSpeed's own op
+is only loaded from the cache the set-up built (never rebuilt here). Each case runs in a fresh interpreter, as a rank.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from dsconf.launch import rank_setup
+
+TINY = 'extern "C" int dsconf_tiny() { return 42; }\n'
+LOAD = """
+import os, sys, time
+if os.environ.get("WITH_DSCONF") == "1":
+    from dsconf.launch.rank_setup import prepare_rank
+    prepare_rank()
+from torch.utils.cpp_extension import load
+start = time.time()
+load(name="dsconf_tiny", sources=[os.path.abspath("tiny.cpp")], is_python_module=False)
+print(f"loaded in {time.time() - start:.1f} s", flush=True)
+"""
+NOTICE = "building the torch extension 'dsconf_tiny'"
+SYSTEM_NINJA = shutil.which("ninja", path="/usr/local/bin:/usr/bin:/bin")
+
+
+def _version(ninja: Optional[str]) -> str:
+    if ninja is None:
+        return ""
+    return subprocess.run([ninja, "--version"], capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def ext(tmp_path: Path) -> Path:
+    (tmp_path / "tiny.cpp").write_text(TINY)
+    (tmp_path / "load.py").write_text(LOAD)
+    return tmp_path
+
+
+def load(ext: Path, *, dsconf: bool = True, path: Optional[str] = None, timeout: float = 120) -> \
+        subprocess.CompletedProcess:
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext / "cache"), "WITH_DSCONF": "1" if dsconf else "0"}
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, "load.py"], cwd=ext, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def built_at(ext: Path) -> float:
+    return (ext / "cache" / "dsconf_tiny" / "tiny.o").stat().st_mtime_ns
+
+
+def test_a_build_is_announced_before_it_starts_and_a_cached_one_is_not(ext: Path) -> None:
+    first = load(ext)
+    assert first.returncode == 0, first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[0].startswith("dsconf: rank 0: ") and NOTICE in lines[0] and str(ext / "cache") in lines[0], lines
+    assert lines[-1].startswith("loaded in")  # the notice came first
+    second = load(ext)
+    assert second.returncode == 0 and NOTICE not in second.stdout, second.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_version(SYSTEM_NINJA) in ("", _version(shutil.which("ninja"))),
+                    reason="needs a system ninja of another version than the environment's")
+def test_the_environments_ninja_is_used_so_the_cache_is_not_rebuilt(ext: Path) -> None:
+    system_first = f"/usr/local/bin:/usr/bin:/bin{os.pathsep}{os.path.dirname(sys.executable)}"
+    assert load(ext).returncode == 0  # built with the environment's ninja
+    built = built_at(ext)
+    time.sleep(0.01)
+    ours = load(ext, path=system_first)  # the system's ninja first, as when a venv's python runs unactivated
+    assert ours.returncode == 0 and NOTICE not in ours.stdout and built_at(ext) == built, ours.stdout
+    plain = load(ext, dsconf=False, path=system_first)  # torch alone runs the system's ninja: it rebuilds
+    assert plain.returncode == 0 and built_at(ext) != built, plain.stdout
+    again = load(ext, path=system_first)  # and the build log is now the other ninja's: dsconf says it rebuilds
+    assert again.returncode == 0 and NOTICE in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_a_stale_build_lock_is_named_with_what_to_do_within_seconds(ext: Path) -> None:
+    assert load(ext).returncode == 0
+    lock = ext / "cache" / "dsconf_tiny" / "lock"
+    lock.write_text("")  # what an interrupted build leaves behind
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext / "cache"), "WITH_DSCONF": "1"}
+    proc = subprocess.Popen([sys.executable, "load.py"], cwd=ext, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    started = time.monotonic()
+    try:
+        line = proc.stdout.readline()  # torch alone would wait here forever, without a word
+        waited = time.monotonic() - started
+        assert "waited" in line and f"rm {lock}" in line and "interrupted build" in line, line
+        assert waited < 10, waited  # a few seconds of imports, then WAIT_NOTICE_S
+        lock.unlink()  # what the line says to do
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read().startswith("loaded in")
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_without_dsconf_torch_waits_on_that_lock_in_silence(ext: Path) -> None:
+    """The behaviour dsconf's line is for (a regression check on torch: if torch ever speaks up, drop ours)."""
+    assert load(ext).returncode == 0
+    (ext / "cache" / "dsconf_tiny" / "lock").write_text("")
+    with pytest.raises(subprocess.TimeoutExpired) as info:
+        load(ext, dsconf=False, timeout=8)
+    assert not (info.value.stdout or b"").strip()
+
+
+def test_torchs_private_functions_are_what_rank_setup_wraps() -> None:
+    from torch.utils import cpp_extension, file_baton
+
+    assert list(inspect.signature(cpp_extension._run_ninja_build).parameters)[:3] == [
+        "build_directory", "verbose", "error_prefix"], rank_setup.TORCH_PRIVATE
+    baton = file_baton.FileBaton("/nonexistent/lock")
+    assert baton.lock_file_path == "/nonexistent/lock" and callable(baton.wait)
+    assert cpp_extension.FileBaton is file_baton.FileBaton  # cpp_extension's baton is the class wrapped
+
+
+def test_deepspeeds_op_load_goes_through_the_wrapper_and_says_nothing(tmp_path: Path) -> None:
+    """DeepSpeed's CPU communication op, from the cache the set-up built: ninja is asked, nothing is rebuilt or
+    announced, and DeepSpeed's "built successfully" line is left out."""
+    code = """
+import dsconf.launch.rank_setup as rs
+asked = []
+original = rs.will_build
+rs.will_build = lambda d: asked.append(d) or original(d)
+rs.prepare_rank()
+import sys
+import deepspeed.comm.torch
+comm_torch = sys.modules["deepspeed.comm.torch"]  # deepspeed.comm's own name `torch` is the torch package
+print("module", comm_torch.build_shm_op() is not None)
+print("asked", [d.rsplit("/", 1)[-1] for d in asked])
+"""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    env.pop("TORCH_EXTENSIONS_DIR", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    if "module False" in lines:
+        pytest.skip("DeepSpeed has no shared-memory communication op on this accelerator")
+    assert "asked ['deepspeed_shm_comm']" in lines, proc.stdout
+    assert "built successfully" not in proc.stdout and "building the torch extension" not in proc.stdout, proc.stdout
+
+
+def test_deprecation_warnings_of_deepspeeds_calls_are_dropped_and_the_users_kept() -> None:
+    shown: List[str] = []
+    show = rank_setup._unless_deepspeed_called(lambda message, *args, **kwargs: shown.append(str(message)))
+    message = "`torch.distributed.all_gather_into_tensor` is deprecated. Please use ..."
+    deepspeed_frame = compile("show(FutureWarning(m), FutureWarning, 'c10d_logger.py', 83)",
+                              os.path.join(os.sep, "site-packages", "deepspeed", "comm", "torch.py"), "exec")
+    exec(deepspeed_frame, {"show": show, "m": message})
+    assert shown == []
+    show(FutureWarning(message), FutureWarning, "c10d_logger.py", 83)  # the user's own call
+    show(UserWarning("something else"), UserWarning, "x.py", 1)
+    assert shown == [message, "something else"]
+
+
+def test_the_environments_ninja_goes_first_on_path() -> None:
+    folder = rank_setup.environment_ninja_dir()
+    if folder is None:
+        pytest.skip("this environment has no ninja of its own")
+    environ: Dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+    assert rank_setup.use_environment_ninja(environ) == folder and environ["PATH"].split(os.pathsep)[0] == folder
+    assert rank_setup.use_environment_ninja(environ) is None  # already first: PATH is left as it is
+
+
+SLEEPY_APP = """
+import time
+import dsconf
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    time.sleep(float(cfg.get("sleep", 0)))
+    print("rank output", flush=True)
+
+main()
+"""
+
+
+@pytest.mark.slow
+def test_a_job_whose_ranks_are_silent_at_start_is_not_silent(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(SLEEPY_APP)
+    proc = subprocess.Popen([sys.executable, "app.py", "+sleep=12", "deepspeed.train_micro_batch_size_per_gpu=1",
+                             f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    start, stamps = time.monotonic(), []
+    lines: List[str] = []
+    for line in proc.stdout:
+        stamps.append(time.monotonic() - start)
+        lines.append(line.rstrip())
+    assert proc.wait(timeout=120) == 0, lines
+    notices = [i for i, line in enumerate(lines) if line.startswith("dsconf: starting the ranks, no output from them")]
+    assert notices and stamps[notices[0]] <= 10, (lines, stamps)
+    assert lines[-1].endswith("rank output")
+    gaps = [b - a for a, b in zip([0.0, *stamps], stamps)]
+    assert max(gaps) <= 10, (lines, stamps)
