@@ -129,7 +129,8 @@ def test_validate_and_import_take_an_hf_template_alike(capsys, tmp_path):
     assert code == 0, out + err
     lines = out.strip().splitlines()
     assert len(lines) == 2 and "an HF Trainer/Accelerate template ('auto' in 17 keys)" in lines[0]
-    assert "--keep-auto" in lines[0] and lines[1].endswith("OK (world size 1: train_batch_size=auto micro=auto gas=auto)")
+    assert "--keep-auto" in lines[0]
+    assert lines[1].endswith("OK (world size 1: train_batch_size=auto micro=auto gas=auto)")
     code, out_import, err_import = dsconf(capsys, "import", str(HF_TEMPLATE), "-o", str(tmp_path / "hf.yaml"))
     assert code == 0 and lines[0] in out_import.splitlines(), out_import + err_import
 

@@ -142,7 +142,7 @@ def read_docs() -> Docs:
                     text = "\n".join(line for line in lines[1:] if line is not None) + "\n"
                     if lang == "python":
                         text = "\n".join(line for line in lines if line is not None) + "\n"
-                    assert docs.files.get(made.group(1), text) == text, f"{name}: {made.group(1)} shown twice, differently"
+                    assert docs.files.get(made.group(1), text) == text, f"{name}: {made.group(1)} shown differently"
                     docs.files[made.group(1)] = text
                 elif lang == "python":
                     docs.snippets.append((name, start, "\n".join(line for line in lines if line is not None) + "\n"))
@@ -334,11 +334,18 @@ def _newcomer_venv(root: Path) -> Dict[str, str]:
     """A fresh venv: this checkout installed as a wheel, the test environment's packages through a .pth file."""
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    ask = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", ask], capture_output=True, text=True,
+                          check=True).stdout.strip()
     import sysconfig
 
-    (Path(site) / "test_environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # the test environment's packages, its own .pth files processed (setuptools' distutils hook among them), but not
+    # the editable install of dsconf this test environment may have: the venv's dsconf is this checkout's wheel
+    packages = sysconfig.get_path("purelib")
+    (Path(site) / "test_environment.pth").write_text(
+        f"import os, site, sys; sys.path.append({packages!r}); [site.addpackage({packages!r}, name, None) for name "
+        f"in sorted(os.listdir({packages!r})) if name.endswith('.pth') and not name.startswith(('_dsconf', "
+        "'__editable__.dsconf'))]\n")
     test_bin = Path(sys.executable).parent
     for script in sorted(test_bin.iterdir()):  # the scripts pip would have put in the venv with the packages
         target = venv / "bin" / script.name
@@ -411,8 +418,8 @@ class Session:
         """Run the commands of its kind before it first (a report needs its sweep), then it."""
         how, _ = kind(command)
         for earlier in COMMANDS[:COMMANDS.index(command)]:
-            if kind(earlier)[0] == how and (how == "quick" or earlier.doc == command.doc) and result_key(earlier) not in \
-                    self.results:
+            same_kind = kind(earlier)[0] == how and (how == "quick" or earlier.doc == command.doc)
+            if same_kind and result_key(earlier) not in self.results:
                 self._run(earlier)
         return self._run(command)
 
@@ -495,15 +502,11 @@ def test_command_runs_as_written(command: Command, session: Session) -> None:
         _check_command(command, session)
         return
     result = session.result(command)
-    if how == "quick" or refused_here(command):
-        check_result(command, result, loose_numbers=False)
-    else:  # it trains here, even where the docs show a refusal (fp16 on a CPU that has it)
-        assert "Traceback" not in result.output and result.code == 0, result.output[-4000:]
-        if not refused_here(command):
-            assert FP16_REFUSAL not in result.output
-            return
-        missing = unmatched_shown(command.shown, result.output, loose_numbers=True)
-        assert missing is None, f"shown but not printed: {missing!r}\n--- printed:\n{result.output[-4000:]}"
+    if not refused_here(command):  # it trains here, where the docs show a refusal (fp16 on a CPU that has it)
+        assert "Traceback" not in result.output and result.code == 0 and FP16_REFUSAL not in result.output, \
+            result.output[-4000:]
+        return
+    check_result(command, result, loose_numbers=how == "slow")  # a training run's numbers are its machine's
 
 
 def _check_command(command: Command, session: Session) -> None:

@@ -34,11 +34,12 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 # on a loaded host, and is well under the 30 s torch elastic would wait for a rank that ignores SIGTERM.
 AGENT_STOP_GRACE_S = 10.0
 POLL_S = 0.2
-# A job whose ranks have printed nothing this long after the command started (the first job of a process) or after
-# the job started (the next jobs of a sweep) gets a line saying what they are doing, and another every
-# SILENT_REPEAT_S until they print: nobody waits over 10 s without a word.
-SILENT_START_S = 7.0
-SILENT_REPEAT_S = 9.0
+# While a job starts (until rank 0 first prints, at most SILENT_WATCH_S), a line whenever its ranks have printed
+# nothing for SILENT_S, counted from the command's start for the first job of a process, from the job's start for the
+# next jobs of a sweep: nobody waits over 10 s without a word while imports, the rendezvous and DeepSpeed's engine
+# set-up run. Once the task prints, its pace is its own.
+SILENT_S = 7.0
+SILENT_WATCH_S = 120.0
 _jobs_supervised = 0  # in this process
 
 
@@ -118,33 +119,43 @@ def _count_job() -> None:
 
 
 class SilenceNotice:
-    """Says, on stderr, that the ranks are starting while none of them has written a byte to its log yet."""
+    """Says, on stderr, what the ranks are doing while they start and have printed nothing for a while."""
 
     def __init__(self, log_dir: str, since: float) -> None:
         self.log_dir, self.since = log_dir, since
-        self.next_at: Optional[float] = since + SILENT_START_S
+        self.quiet_since = since  # the last output of a rank, or the last note
+        self.size = 0
+        self.next_check = since + 1.0
+        self.done = False
 
     def poll(self, now: float) -> None:
-        if self.next_at is None or now < self.next_at:
+        if self.done or now < self.next_check:
             return
-        if ranks_have_written(self.log_dir):
-            self.next_at = None
-            return
-        print(f"dsconf: starting the ranks, no output from them yet ({now - self.since:.0f} s): they import torch and "
-              f"the script's modules, join the process group and build the DeepSpeed engine (logs: {self.log_dir})",
-              file=sys.stderr, flush=True)
-        self.next_at = now + SILENT_REPEAT_S
+        self.next_check = now + 1.0
+        size, rank0_printed = rank_output(self.log_dir)
+        if rank0_printed or now - self.since > SILENT_WATCH_S:
+            self.done = True
+        elif size != self.size:
+            self.size, self.quiet_since = size, now
+        elif now - self.quiet_since >= SILENT_S:
+            print(f"dsconf: note: the ranks have printed nothing for {now - self.quiet_since:.0f} s ("
+                  f"{now - self.since:.0f} s since the start): they import torch and the script's modules, join the "
+                  f"process group and build the DeepSpeed engine (logs: {self.log_dir})", file=sys.stderr, flush=True)
+            self.quiet_since = now
 
 
-def ranks_have_written(log_dir: str) -> bool:
-    """Whether any rank's stdout or stderr log under ``log_dir`` (restarted attempts included) holds something."""
+def rank_output(log_dir: str) -> tuple[int, bool]:
+    """The bytes the ranks' stdout and stderr logs under ``log_dir`` hold (restarted attempts included), and whether
+    rank 0's stdout holds any."""
+    total, rank0 = 0, False
     for root, _, files in os.walk(log_dir):
         for name in files:
             if name.endswith((".stdout.log", ".stderr.log")):
                 with contextlib.suppress(OSError):
-                    if os.path.getsize(os.path.join(root, name)) > 0:
-                        return True
-    return False
+                    size = os.path.getsize(os.path.join(root, name))
+                    total += size
+                    rank0 = rank0 or (name == "rank0.stdout.log" and size > 0)
+    return total, rank0
 
 
 def process_age() -> float:
