@@ -58,7 +58,7 @@ import warm_python
 from accelerator_here import accelerator
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [p for p in (REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").glob("*.md"))) if p.exists()]
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console")
 FILE_BLOCKS = ("python", "yaml")
 PRINTS_ONLY = ("--help", "-h", "--cfg", "-c", "--shell-completion", "-sc", "--info", "-i", "--hydra-help")
@@ -342,10 +342,10 @@ def _newcomer_venv(root: Path) -> Dict[str, str]:
     # the test environment's packages, its own .pth files processed (setuptools' distutils hook among them), but not
     # the editable install of dsconf this test environment may have: the venv's dsconf is this checkout's wheel
     packages = sysconfig.get_path("purelib")
-    (Path(site) / "test_environment.pth").write_text(
-        f"import os, site, sys; sys.path.append({packages!r}); [site.addpackage({packages!r}, name, None) for name "
-        f"in sorted(os.listdir({packages!r})) if name.endswith('.pth') and not name.startswith(('_dsconf', "
-        "'__editable__.dsconf'))]\n")
+    (Path(site) / "test_environment.pth").write_text(  # one line, run by site.addpackage (an `import` line)
+        f"import sys; sys.path.append({packages!r}); list(map(lambda name: __import__('site').addpackage("
+        f"{packages!r}, name, None), sorted(n for n in __import__('os').listdir({packages!r}) if n.endswith('.pth') "
+        "and not n.startswith(('_dsconf', '__editable__.dsconf')))))\n")
     test_bin = Path(sys.executable).parent
     for script in sorted(test_bin.iterdir()):  # the scripts pip would have put in the venv with the packages
         target = venv / "bin" / script.name
@@ -544,6 +544,8 @@ def test_the_docs_are_read() -> None:
     """A reformat that hides commands from this reader fails here."""
     by_doc = {doc: [c for c in COMMANDS if c.doc == doc] for doc in {c.doc for c in COMMANDS}}
     assert len(by_doc.get("README.md", [])) >= 12 and len(COMMANDS) >= 60, {d: len(c) for d, c in by_doc.items()}
+    assert {"README.md", "CONTRIBUTING.md", "docs/bring-your-script.md", "docs/cli.md", "docs/troubleshooting.md",
+            "docs/launching.md", "docs/sweeps.md", "docs/integrations.md"} <= {str(p.relative_to(REPO)) for p in DOCS}
     quickstart = [c for c in COMMANDS if c.doc == "README.md" and c.section == QUICKSTART_HEADING]
     assert [program(c) for c in quickstart][:5] == ["python", "python", "python", "dsconf", "dsconf"], quickstart
     assert {"train.py", "conf/config.yaml"} <= set(DOCS_READ.files)

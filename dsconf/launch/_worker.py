@@ -6,7 +6,8 @@ store, registered resolvers) and the working dir. With the ``fork`` start method
 inherited as is; with ``spawn``/``forkserver`` it travels as a cloudpickle file, so closures, functions
 of ``__main__`` and resolvers registered at run time reach the ranks too.
 
-This module is imported by every rank: it imports only the standard library up front.
+This module is imported by every rank: it imports only the standard library up front (and ``rank_setup``, which
+imports nothing else).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+
+from dsconf.launch.rank_setup import prepare_rank  # the standard library only, imported before ranks fork
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
@@ -84,8 +87,6 @@ def run_rank(payload: RankPayload | str) -> bytes:
     if payload.cwd and os.getcwd() != payload.cwd:
         os.chdir(payload.cwd)
     _configure_rank_logging(payload.log_level)
-    from dsconf.launch.rank_setup import prepare_rank
-
     prepare_rank()  # DeepSpeed's op builds: the environment's ninja, a line before a build or a long wait
 
     from dsconf.launch import context
