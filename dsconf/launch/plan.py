@@ -87,6 +87,8 @@ def plan_job(dist: Mapping[str, Any], *, job_num: Optional[int] = None,
              environ: Optional[Mapping[str, str]] = None) -> JobPlan:
     """Validate ``dist`` and choose the rendezvous; raises ``ConfigError`` naming the bad key."""
     env = os.environ if environ is None else environ
+    if isinstance(dist.get("rdzv_conf"), str):  # torchrun's k=v,k=v text (as PET_RDZV_CONF gives it)
+        dist = {**dist, "rdzv_conf": rendezvous_conf(dist["rdzv_conf"])}
     dist = checked_dist(dist)
     nproc = resolve_nproc_per_node(dist["nproc_per_node"])
     min_nodes, max_nodes = parse_nnodes(dist["nnodes"])

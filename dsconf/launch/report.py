@@ -199,14 +199,14 @@ def status_counts(records: Sequence[JobRecord]) -> dict[str, int]:
     return {**counts, "UNKNOWN": unknown} if unknown else counts
 
 
-def _strict_json(value: Any) -> Any:
+def strict_json(value: Any) -> Any:
     """NaN and infinities as null: json.dumps would write bare ``NaN``, which strict JSON readers refuse."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _strict_json(v) for k, v in value.items()}
+        return {k: strict_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_strict_json(v) for v in value]
+        return [strict_json(v) for v in value]
     return value
 
 
@@ -215,7 +215,7 @@ def write_summary(records: Sequence[JobRecord], sweep_dir: Path) -> None:
     head = f"# dsconf sweep summary\n\n{len(records)} jobs: " + ", ".join(f"{n} {s}" for s, n in counts.items())
     (sweep_dir / "summary.md").write_text(head + "\n\n" + format_table(records) + "\n", encoding="utf-8")
     data = {"jobs": [asdict(r) for r in records], "counts": counts, "metrics": metric_names(records)}
-    (sweep_dir / "summary.json").write_text(json.dumps(_strict_json(data), indent=2) + "\n", encoding="utf-8")
+    (sweep_dir / "summary.json").write_text(json.dumps(strict_json(data), indent=2) + "\n", encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------- reading back

@@ -15,11 +15,11 @@ Standard library (and OmegaConf for ``best.yaml``) only: ``dsconf report`` reads
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from dsconf.launch.report import strict_json
 from dsconf.tune.settings import format_size
 
 TRIALS_FILE = "trials.json"
@@ -87,7 +87,7 @@ def ranked(records: Sequence[Record]) -> List[Record]:
 def write_trials(records: Sequence[Record], sweep_dir: Path) -> Path:
     path = sweep_dir / TRIALS_FILE
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps([_strict(r.as_dict()) for r in ranked(records)], indent=2) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps([strict_json(r.as_dict()) for r in ranked(records)], indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 
@@ -97,16 +97,6 @@ def read_trials(sweep_dir: Path) -> List[Record]:
     if not isinstance(data, list):
         raise ValueError("not a list of candidates")
     return [Record.from_dict(item) for item in data]
-
-
-def _strict(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strict(v) for v in value]
-    return value
 
 
 def _num(value: Optional[float], digits: str = ".4g") -> str:

@@ -20,6 +20,7 @@ from unittest import mock
 import pytest
 from parser_checks import Check, deepspeed_root, named, parser_checks
 
+from dsconf.batch import BATCH_KEYS
 from dsconf.errors import ConfigError
 from dsconf.export import build_deepspeed_dict
 from dsconf.hardware import Accelerator, hardware_problems
@@ -303,7 +304,6 @@ def _root_model() -> type:
     return DeepSpeedConfig
 
 
-BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in COVERAGE.items() if isinstance(c, Unreachable)))
