@@ -196,6 +196,11 @@ def _agent_process(conn: Connection, plan: JobPlan, arg: Any, log_dir: str, tee:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # torch's log tailer writes the ranks' lines here without flushing: line by line, as on a terminal, also when
+    # stdout is a pipe or a file (SLURM's output file, `| tee`), or they would all come out as the job ends
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(line_buffering=True)
     # torch logs each failed rank with the agent's own traceback; the launcher reports the rank's error instead
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
 

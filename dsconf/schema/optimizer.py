@@ -26,7 +26,10 @@ class AdamParams:
     eps: Any = hf_auto(1e-8, "Term added to the denominator for numerical stability", "optimizer.params.eps", float,
                        ge=0)
     weight_decay: Any = hf_auto(0.0, "Weight decay", "optimizer.params.weight_decay", float, ge=0)
-    bias_correction: bool = doc(True, "Apply Adam's bias correction")
+    # not filled in: DeepSpeed hands every other param to torch.optim.Adam(W) when torch_adam is true, and torch's Adam
+    # has no such argument (a TypeError in deepspeed.initialize)
+    bias_correction: Optional[bool] = doc(None, "Adam's bias correction; null: the optimizer's own (on; "
+                                                "torch_adam's Adam has no such argument)")
     adam_w_mode: bool = doc(True, "Decoupled weight decay; DeepSpeed's 'Adam' is AdamW unless this is false")
     torch_adam: bool = doc(False, "Use torch.optim's implementation instead of DeepSpeed's fused one")
 

@@ -297,6 +297,20 @@ def no_max_grad_norm_in_optimizer_params(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
+@rule(None, why="DeepSpeed hands every Adam param but torch_adam and adam_w_mode to torch.optim.Adam(W), which has no "
+                "bias_correction: a TypeError inside deepspeed.initialize on every rank",
+      keys=("optimizer.params.torch_adam", "optimizer.params.bias_correction"))
+def no_bias_correction_with_torch_adam(ds: Dict[str, Any]) -> List[Problem]:
+    opt = ds.get("optimizer") or {}
+    params = opt.get("params") if isinstance(opt, dict) else None
+    if not (isinstance(params, dict) and str(opt.get("type", "")).lower() in ("adam", "adamw")):
+        return []
+    if params.get("torch_adam") is True and params.get("bias_correction") is not None:
+        return [Problem(f"{P}.optimizer.params.bias_correction", "torch's Adam (torch_adam=true) has no "
+                        "bias_correction (it always corrects)", f"remove it, or set {P}.optimizer.params.torch_adam=false")]
+    return []
+
+
 @rule("initialize", deepspeed_says="optimizer requires dynamic loss scaling",
       keys=("optimizer.type", "fp16.loss_scale"))
 def lamb_needs_dynamic_loss_scale(ds: Dict[str, Any]) -> List[Problem]:

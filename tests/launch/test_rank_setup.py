@@ -208,3 +208,37 @@ def test_a_job_whose_ranks_are_silent_at_start_is_not_silent(tmp_path: Path) -> 
     assert lines[-1].endswith("rank output")
     gaps = [b - a for a, b in zip([0.0, *stamps], stamps)]
     assert max(gaps) <= 10, (lines, stamps)
+
+
+STREAMING_APP = """
+import time
+import dsconf
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    print("first line", flush=True)
+    time.sleep(6)
+    print("last line", flush=True)
+
+main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_rank_lines_reach_a_pipe_as_they_are_printed(tmp_path: Path, sweep: bool) -> None:
+    """stdout a pipe or a file (SLURM's output file, ``| tee``), no PYTHONUNBUFFERED: a rank's line shows when the rank
+    prints it, not when the job ends."""
+    (tmp_path / "app.py").write_text(STREAMING_APP)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    args = ["-m", "+n=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep else [f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.Popen([sys.executable, "app.py", *args, "deepspeed.train_micro_batch_size_per_gpu=1"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**env, "DS_ACCELERATOR": "cpu"})
+    stamps = {}
+    for line in proc.stdout:
+        for text in ("first line", "last line"):
+            if line.rstrip().endswith(text):
+                stamps[text] = time.monotonic()
+    assert proc.wait(timeout=120) == 0
+    assert stamps["last line"] - stamps["first line"] >= 4, stamps  # the rank sleeps 6 s between the two

@@ -32,7 +32,7 @@ def test_params_defaults_are_those_of_the_classes_deepspeed_builds(name):
     for path in BUILT[name]:
         theirs = _signature(path)
         for key, value in ours.items():
-            if key in ENGINE_KEYS or key not in theirs:
+            if key in ENGINE_KEYS or key not in theirs or value is None:  # None: not filled in, the class's own
                 continue
             want = list(theirs[key]) if isinstance(theirs[key], tuple) else theirs[key]
             assert value == want, f"{name}.{key}: dsconf {value!r} != {path} {want!r}"

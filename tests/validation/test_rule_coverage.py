@@ -52,6 +52,8 @@ CASES: Dict[str, Tuple[str, Dict[str, Any]]] = {
     "untested_optimizer_with_zero": (NEW, {"optimizer": {"type": "SGD", "params": {"lr": 0.1}},
                                            "zero_optimization": {"stage": 2}}),
     "no_max_grad_norm_in_optimizer_params": (NEW, {"optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}}}),
+    "no_bias_correction_with_torch_adam": (NEW, {"optimizer": {"type": "AdamW", "params": {
+        "torch_adam": True, "bias_correction": False}}}),
     "lamb_needs_dynamic_loss_scale": (NEW, {"optimizer": {"type": "Lamb", "params": {}},
                                             "fp16": {"enabled": True, "loss_scale": 128}}),
     "sparse_attention_layout": (OLD, {"sparse_attention": {"mode": "fixed", "attention": "unidirectional",

@@ -271,6 +271,25 @@ def test_sgd_zero2_fails_at_initialize_and_dsconf_refuses_it_first(tmp_path):
     only_problem(refused(["optimizer=sgd", "zero=stage2"]), "deepspeed.optimizer.type", "ZeRO has not been tested")
 
 
+@pytest.mark.slow
+def test_torch_adam_initializes_and_bias_correction_beside_it_is_refused_first(tmp_path):
+    """DeepSpeed hands Adam's params to torch.optim.AdamW when torch_adam is true: dsconf must not fill in a param
+    torch's Adam lacks (bias_correction), and must refuse it when the user writes it."""
+    config = export(["optimizer=adam", "deepspeed.optimizer.params.torch_adam=true"])
+    assert "bias_correction" not in config["optimizer"]["params"]
+    proc = initialize(config, tmp_path, "torch_adam")
+    assert proc.returncode == 0 and "INITIALIZED" in proc.stdout, proc.stderr[-3000:]
+
+    written = edited(config, "optimizer.params.bias_correction", True)
+    proc = initialize(written, tmp_path, "bias_correction")
+    assert proc.returncode != 0 and "unexpected keyword argument 'bias_correction'" in proc.stderr, proc.stderr[-3000:]
+    only_problem(refused(["optimizer=adam", "deepspeed.optimizer.params.torch_adam=true",
+                          "deepspeed.optimizer.params.bias_correction=true"]),
+                 "deepspeed.optimizer.params.bias_correction", "torch_adam")
+    # DeepSpeed's own Adam: unset, it corrects (FusedAdam's and DeepSpeedCPUAdam's default)
+    assert "bias_correction" not in export(["optimizer=adam"])["optimizer"]["params"]
+
+
 # =============================== parse-time rules: dsconf and DeepSpeed's parser agree ===============================
 
 # (id, overrides dsconf refuses, expected path, expected text, overrides of a valid config, key edited, value,
