@@ -307,7 +307,8 @@ def no_bias_correction_with_torch_adam(ds: Dict[str, Any]) -> List[Problem]:
         return []
     if params.get("torch_adam") is True and params.get("bias_correction") is not None:
         return [Problem(f"{P}.optimizer.params.bias_correction", "torch's Adam (torch_adam=true) has no "
-                        "bias_correction (it always corrects)", f"remove it, or set {P}.optimizer.params.torch_adam=false")]
+                        "bias_correction (it always corrects)",
+                        f"remove it, or set {P}.optimizer.params.torch_adam=false")]
     return []
 
 
