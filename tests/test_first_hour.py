@@ -103,6 +103,13 @@ def test_a_sweep_without_multirun_keeps_hydras_advice(tmp_path):
     assert "add --multirun" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_cfg_with_multirun_is_one_line_with_the_way_out(tmp_path):
+    proc = script(tmp_path, "-m", "zero=stage1,stage2", "--cfg", "job")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+        proc.stderr
+    assert "Only one of --run, --multirun, --cfg" in proc.stderr and "without -m" in proc.stderr
+
+
 def test_an_option_misspelt_with_an_underscore_names_the_right_one(capsys):
     code, _, err = dsconf(capsys, "check", "--world_size", "2")
     assert code == 2 and err.strip() == "dsconf: check: unknown option --world_size (did you mean --world-size?)"

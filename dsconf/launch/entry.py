@@ -39,6 +39,7 @@ from dsconf.launch import context
 from dsconf.launch.hydra_support import DSCONF_TASK_ATTR
 
 _UNSPECIFIED_: Any = object()
+ONLY_ONE_MODE = "Only one of --run, --multirun, --cfg"  # hydra._internal.utils._run_hydra's ValueError
 
 
 def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] = None,
@@ -72,6 +73,11 @@ def main(config_path: Optional[str] = _UNSPECIFIED_, config_name: Optional[str] 
                     return app(*args, **kwargs)
             except KeyboardInterrupt:  # Ctrl-C while Hydra composes, before a job exists
                 exit_with("interrupted", EXIT_INTERRUPTED)
+            except ValueError as err:  # Hydra raises its command-line mistake outside its error reporting
+                if not str(err).startswith(ONLY_ONE_MODE):
+                    raise
+                exit_with(f"{err} (a sweep job's config: the same overrides without -m, and --cfg job)",
+                          EXIT_CONFIG_ERROR)
 
         return entry
 
