@@ -104,7 +104,7 @@ def test_a_sweep_without_multirun_keeps_hydras_advice(tmp_path):
 
 
 def test_cfg_with_multirun_is_one_line_with_the_way_out(tmp_path):
-    proc = script(tmp_path, "-m", "zero=stage1,stage2", "--cfg", "job")
+    proc = script(tmp_path, "--cfg", "job", "-m", "zero=stage1,stage2")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
         proc.stderr
     assert "Only one of --run, --multirun, --cfg" in proc.stderr and "without -m" in proc.stderr
