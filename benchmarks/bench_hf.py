@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-REPO = Path(__file__).resolve().parents[1]
+from paired import REPO, spread, tree_env
+
 EXAMPLES = REPO / "examples"
 
 FIRST_STEP = '''
@@ -118,8 +119,7 @@ def timed(cmd: List[str], cwd: Path, out: Path) -> Dict[str, float]:
     if out.exists():
         out.unlink()
     # torchrun gives each rank OMP_NUM_THREADS=1 unless it is set: set for both, the same threads run the same steps
-    env = {**os.environ, "BENCH_OUT": str(out), "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
+    env = tree_env(REPO, BENCH_OUT=str(out), OMP_NUM_THREADS="1")
     for attempt in range(3):
         start, stolen = time.time(), steal_ticks()
         proc = subprocess.run(cmd, cwd=str(cwd), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -134,12 +134,6 @@ def timed(cmd: List[str], cwd: Path, out: Path) -> Dict[str, float]:
     result = json.loads(out.read_text())
     return {"first_step": result["first_step"] - start, "samples_per_second": result["samples_per_second"],
             "steal": stolen}
-
-
-def spread(values: List[float]) -> str:
-    ordered = sorted(values)
-    p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
-    return f"median {statistics.median(values):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x)"
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
-REPO = Path(__file__).resolve().parents[1]
+from paired import REPO, baseline_tree, interleaved, spread, tree_env
 
 DSCONF_SCRIPT = '''
 import os, time
@@ -107,8 +107,7 @@ def timed(cmd: List[str], cwd: Path, out: Path, shell: bool = False, repo: Path 
     """(seconds until every rank entered its training function, seconds until the command exited)."""
     for stale in out.glob("entry-*"):
         stale.unlink()
-    env = {**os.environ, "BENCH_OUT": str(out), "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH")] if p)}
+    env = tree_env(repo, BENCH_OUT=str(out))
     start = time.time()
     proc = subprocess.run(cmd if not shell else " ".join(cmd), cwd=str(cwd), env=env, shell=shell,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -126,43 +125,35 @@ def median_of(repeat: int, run: Callable[[], tuple[float, float]]) -> tuple[floa
 
 def paired(rounds: int, baseline: str) -> None:
     """PF2 and PF3: this tree against ``baseline``, interleaved round by round."""
-    work = Path(tempfile.mkdtemp(prefix="dsconf-bench-"))
-    out = work / "entries"
-    out.mkdir()
-    (work / "train.py").write_text(DSCONF_SCRIPT)
-    base = work / "baseline"
-    subprocess.run(["git", "worktree", "add", "--detach", str(base), baseline], cwd=REPO, check=True,
-                   capture_output=True)
-    python = sys.executable
+    with baseline_tree(baseline, "dsconf-bench-") as (work, base):
+        out = work / "entries"
+        out.mkdir()
+        (work / "train.py").write_text(DSCONF_SCRIPT)
+        python = sys.executable
 
-    def job(repo: Path) -> tuple[float, float]:
-        return timed([python, "train.py", "dist.nproc_per_node=2", "+bench.job=0", *BATCH,
-                      f"hydra.run.dir={work / 'run'}"], work, out, repo=repo)
+        def job(repo: Path) -> tuple[float, float]:
+            return timed([python, "train.py", "dist.nproc_per_node=2", "+bench.job=0", *BATCH,
+                          f"hydra.run.dir={work / 'run'}"], work, out, repo=repo)
 
-    def sweep(repo: Path) -> tuple[float, float]:
-        return timed([python, "train.py", "-m", "hydra/launcher=dsconf", "dist.nproc_per_node=2",
-                      "+bench.job=0,1,2,3", *BATCH, f"hydra.sweep.dir={work / 'sweep'}"], work, out, repo=repo)
+        def sweep(repo: Path) -> tuple[float, float]:
+            return timed([python, "train.py", "-m", "hydra/launcher=dsconf", "dist.nproc_per_node=2",
+                          "+bench.job=0,1,2,3", *BATCH, f"hydra.sweep.dir={work / 'sweep'}"], work, out, repo=repo)
 
-    try:
-        job(base), job(REPO)  # warm the file cache
-        ratios: Dict[str, List[float]] = {"PF2 2-rank job: all ranks in train()": [],
-                                          "PF2 2-rank job: command wall time": [], "PF3 4-job sweep, sequential": []}
-        for index in range(rounds):
-            first, second = (base, REPO) if index % 2 == 0 else (REPO, base)
-            timings = {first: job(first), second: job(second)}
-            ratios["PF2 2-rank job: all ranks in train()"].append(timings[REPO][0] / timings[base][0])
-            ratios["PF2 2-rank job: command wall time"].append(timings[REPO][1] / timings[base][1])
-            sweeps = {first: sweep(first), second: sweep(second)}
-            ratios["PF3 4-job sweep, sequential"].append(sweeps[REPO][1] / sweeps[base][1])
+        # each round: a job from each tree, then a sweep from each, in the same order
+        jobs: Dict[Path, List[tuple[float, float]]] = {base: [], REPO: []}
+
+        def job_then_sweep(repo: Path) -> float:
+            jobs[repo].append(job(repo))
+            return sweep(repo)[1]
+
+        sweep_ratios, _ = interleaved(rounds, base, job_then_sweep)
+        ratios = {"PF2 2-rank job: all ranks in train()": [a[0] / b[0] for a, b in zip(jobs[REPO], jobs[base])],
+                  "PF2 2-rank job: command wall time": [a[1] / b[1] for a, b in zip(jobs[REPO], jobs[base])],
+                  "PF3 4-job sweep, sequential": sweep_ratios}
         print(f"launch regression: this tree / {baseline}, {rounds} interleaved rounds, {os.cpu_count()} CPUs")
         for name, values in ratios.items():
-            ordered = sorted(values)
-            p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
-            print(f"{name:<40} median {statistics.median(values):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x)")
+            print(f"{name:<40} {spread(values[-rounds:])}")
         print("goal: each median <= 1.05x")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:

@@ -13,24 +13,22 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from paired import baseline_tree, interleaved, spread, tree_env
+
 ARGS = ["train.steps=1", "deepspeed.steps_per_print=1"]
 
 
 def one_step_run(repo: Path, out: Path) -> float:
-    env = {**os.environ, "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH")] if p)}
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(repo / "examples" / "train.py"), *ARGS, f"hydra.run.dir={out}"],
-                          cwd=str(repo), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                          cwd=str(repo), env=tree_env(repo), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{repo}: the example failed:\n{proc.stderr[-3000:]}")
@@ -42,25 +40,11 @@ def main() -> None:
     parser.add_argument("--baseline", required=True, help="git revision to compare against")
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="dsconf-bench-startup-"))
-    base = work / "baseline"
-    subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=REPO, check=True,
-                   capture_output=True)
-    try:
-        one_step_run(base, work / "run"), one_step_run(REPO, work / "run")  # warm the file cache
-        ratios = []
-        for index in range(args.rounds):
-            first, second = (base, REPO) if index % 2 == 0 else (REPO, base)
-            seconds = {first: one_step_run(first, work / "run"), second: one_step_run(second, work / "run")}
-            ratios.append(seconds[REPO] / seconds[base])
-        ordered = sorted(ratios)
-        p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
+    with baseline_tree(args.baseline, "dsconf-bench-startup-") as (work, base):
+        ratios, _ = interleaved(args.rounds, base, lambda tree: one_step_run(tree, work / "run"))
         print(f"examples/train.py to the end of its first step: this tree / {args.baseline}, {args.rounds} "
               f"interleaved rounds, {os.cpu_count()} CPUs")
-        print(f"median {statistics.median(ratios):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x)")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        print(spread(ratios))
 
 
 if __name__ == "__main__":

@@ -11,17 +11,16 @@ p10-p90 spread. Goal: at most 1.05x.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import List
 
-REPO = Path(__file__).resolve().parents[1]
+from paired import REPO, baseline_tree, interleaved, spread, tree_env
+
 FILES = 100
 
 
@@ -37,11 +36,9 @@ def corpus_copy(work: Path) -> List[str]:
 
 
 def timed(repo: Path, files: List[str]) -> float:
-    env = {**os.environ, "DS_ACCELERATOR": "cpu",
-           "PYTHONPATH": os.pathsep.join(p for p in [str(repo), os.environ.get("PYTHONPATH")] if p)}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dsconf.cli", "validate", *files], env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run([sys.executable, "-m", "dsconf.cli", "validate", *files], env=tree_env(repo),
+                          capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode not in (0, 1):  # 1: some corpus files have problems, as they should
         raise RuntimeError(f"dsconf validate failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -53,27 +50,11 @@ def main() -> None:
     parser.add_argument("--baseline", required=True, help="git revision to compare against")
     parser.add_argument("--rounds", type=int, default=11)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="dsconf-bench-validate-"))
-    base = work / "baseline"
-    subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline], cwd=REPO, check=True,
-                   capture_output=True)
-    try:
+    with baseline_tree(args.baseline, "dsconf-bench-validate-") as (work, base):
         files = corpus_copy(work)
-        timed(base, files), timed(REPO, files)  # warm the file cache and bytecode
-        ratios, ours = [], []
-        for index in range(args.rounds):
-            order = (base, REPO) if index % 2 == 0 else (REPO, base)
-            seconds = {repo: timed(repo, files) for repo in order}
-            ratios.append(seconds[REPO] / seconds[base])
-            ours.append(seconds[REPO])
-        ordered = sorted(ratios)
-        p10, p90 = ordered[int(0.1 * (len(ordered) - 1))], ordered[int(round(0.9 * (len(ordered) - 1)))]
+        ratios, ours = interleaved(args.rounds, base, lambda tree: timed(tree, files))
         print(f"dsconf validate, {FILES} files: this tree / {args.baseline}, {args.rounds} interleaved rounds")
-        print(f"median {statistics.median(ratios):.3f}x  (p10 {p10:.3f}x, p90 {p90:.3f}x); "
-              f"this tree {statistics.median(ours):.2f} s per command; goal <= 1.05x")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        print(f"{spread(ratios)}; this tree {statistics.median(ours):.2f} s per command; goal <= 1.05x")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import sys
 import warnings
 from typing import Any, List, Optional, Sequence
 
-from dsconf.errors import EXIT_CONFIG_ERROR, ConfigError
+from dsconf.errors import EXIT_CONFIG_ERROR, ConfigError, exit_with
 from dsconf.schema.root import DEEPSPEED_NODE
 
 EXIT_INVALID_FILE = 1  # validate/import: the file was read and has problems
@@ -146,8 +146,7 @@ def _check_config_dir(args: argparse.Namespace) -> None:
     config_dir = getattr(args, "config_dir", None)
     if config_dir is not None and not os.path.isdir(config_dir):
         what = "not a directory" if os.path.exists(config_dir) else "no such directory"
-        print(f"dsconf: --config-dir {config_dir}: {what} (the directory of the primary config)", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG_ERROR)
+        exit_with(f"--config-dir {config_dir}: {what} (the directory of the primary config)", EXIT_CONFIG_ERROR)
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -165,8 +164,7 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
         word = options[0].split("=", 1)[0]
         close = difflib.get_close_matches(word.replace("_", "-"), known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else f"see dsconf {args.command} --help"
-        print(f"dsconf: {args.command}: unknown option {word} ({hint})", file=sys.stderr)
-        raise SystemExit(EXIT_CONFIG_ERROR)
+        exit_with(f"{args.command}: unknown option {word} ({hint})", EXIT_CONFIG_ERROR)
     _check_config_dir(args)
     return args
 
@@ -249,10 +247,12 @@ def _explain_launch(args: argparse.Namespace) -> int:
 def _validate(args: argparse.Namespace) -> int:
     """Exit 0 when every file is valid, 1 when one has problems, 2 when one cannot be read."""
     from dsconf.validate_files import check_file, render
+    from dsconf.versions import target_version
 
+    target = target_version(args.deepspeed_version)  # a version dsconf does not know: one line, before any file
     code = 0
     for path in args.files:
-        report = check_file(path, world_size=args.world_size, target=args.deepspeed_version,
+        report = check_file(path, world_size=args.world_size, target=target,
                             keep_auto=args.keep_auto)
         stream = sys.stdout if report.ok else sys.stderr
         for line in render(report):
@@ -304,7 +304,7 @@ def _estimate(args: argparse.Namespace) -> int:
                 ds = compose(est.batch_default(args.overrides), world_size=args.gpus_per_node * args.nodes)
             for warning in caught:
                 print(f"dsconf: warning: {warning.message}", file=sys.stderr)
-        # DeepSpeed logs its accelerator detection to stdout on import: stdout is for the table/JSON.
+        # stdout is for the table/JSON: anything else DeepSpeed prints on import goes to stderr
         with contextlib.redirect_stdout(sys.stderr):
             rows = est.estimate(params, largest, gpus_per_node=args.gpus_per_node, nodes=args.nodes)
         if args.gpu_memory is not None:
@@ -327,15 +327,13 @@ def _estimate(args: argparse.Namespace) -> int:
 
 def _schema(args: argparse.Namespace) -> int:
     """Exit 0 with the schema on stdout or in --output; 2 for a version dsconf does not know or an unwritable file."""
-    from dsconf.json_schema import UnknownVersion, checked_version, json_schema, newer_than_known
+    from dsconf.json_schema import json_schema
+    from dsconf.versions import newer_than_known, target_version
 
-    try:
-        target = checked_version(args.deepspeed_version)
-    except UnknownVersion as err:
-        print(f"dsconf: {err}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
-    if newer_than_known(target):
-        print(f"dsconf: warning: DeepSpeed {target}: {newer_than_known(target)}", file=sys.stderr)
+    target = target_version(args.deepspeed_version)  # ConfigError: one line, exit 2
+    note = newer_than_known(target)
+    if note:
+        print(f"dsconf: warning: DeepSpeed {target}: {note}", file=sys.stderr)
     text = json.dumps(json_schema(target), indent=2) + "\n"
     if args.output is None:
         sys.stdout.write(text)

@@ -118,7 +118,9 @@ def _estimators() -> Tuple[Callable[..., Tuple[int, int]], Callable[..., Tuple[i
     note on the accelerator it picks at import is left out: the estimators use none."""
     import logging
 
-    quiet = _NotFrom("real_accelerator")
+    def quiet(record: logging.LogRecord) -> bool:
+        return record.module != "real_accelerator"
+
     logger = logging.getLogger("DeepSpeed")  # the logger DeepSpeed's own logging sets up on import
     logger.addFilter(quiet)
     try:
@@ -132,16 +134,6 @@ def _estimators() -> Tuple[Callable[..., Tuple[int, int]], Callable[..., Tuple[i
     finally:
         logger.removeFilter(quiet)
     return estimate_zero2_model_states_mem_needs, estimate_zero3_model_states_mem_needs
-
-
-class _NotFrom:
-    """A logging filter that drops the records of one module."""
-
-    def __init__(self, module: str) -> None:
-        self.module = module
-
-    def filter(self, record: Any) -> bool:
-        return record.module != self.module
 
 
 def check_counts(**counts: int) -> None:

@@ -18,15 +18,15 @@ import typing
 from typing import Any, Dict, List, Optional, Tuple
 
 from dsconf.batch import BATCH_KEYS
-from dsconf.schema import optimizer, scheduler
+from dsconf.schema import optimizer
 from dsconf.schema.deepspeed import DeepSpeedConfig
 from dsconf.schema.hf_sources import HF_SOURCES
 from dsconf.schema.introspect import default_of, dynamic_model, field_notes, fields_of, model_key, unwrap_optional
 from dsconf.schema.scheduler import REQUIRED
 from dsconf.schema.sparse_attention import SPARSITY_MODES
-from dsconf.validation.normalize import _FALSE, _TRUE, auto_source, deepspeed_auto
+from dsconf.validation.normalize import _FALSE, _TRUE, auto_dropped, auto_source, deepspeed_auto, hf_filled_params
 from dsconf.validation.structure import MAX_GRAD_NORM
-from dsconf.versions import LATEST_KNOWN, OLDEST_KNOWN, at_least, known_in, parse_version, target_version
+from dsconf.versions import at_least, known_in, newer_than_known, target_version
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 AUTO = "auto"
@@ -72,26 +72,9 @@ EXPRESSED = frozenset({"help", "ge", "gt", "le", "choices", "case_insensitive", 
 BATCH_DERIVED = rf"^\s*{_letters(AUTO)}\s*$|^\$\{{dsconf\.batch"
 
 
-class UnknownVersion(ValueError):
-    """A --deepspeed-version dsconf cannot make a schema for."""
-
-
-def checked_version(requested: Optional[str]) -> str:
-    """The target version (default: the installed DeepSpeed's, as validation targets), or UnknownVersion."""
-    version = target_version(requested)
-    try:
-        parse_version(version)
-    except ValueError:
-        raise UnknownVersion(f"--deepspeed-version {version!r} is not a version: give one such as "
-                             f"{LATEST_KNOWN}") from None
-    if not at_least(version, OLDEST_KNOWN):
-        raise UnknownVersion(f"--deepspeed-version {version}: dsconf knows DeepSpeed {OLDEST_KNOWN} to {LATEST_KNOWN}")
-    return version
-
-
 def json_schema(deepspeed_version: Optional[str] = None) -> Dict[str, Any]:
     """The JSON Schema of a DeepSpeed config file for the target version (default: the installed DeepSpeed's)."""
-    target = checked_version(deepspeed_version)
+    target = target_version(deepspeed_version)
     builder = _Builder(target)
     root = builder.object_schema(DeepSpeedConfig)
     note = newer_than_known(target)
@@ -100,12 +83,6 @@ def json_schema(deepspeed_version: Optional[str] = None) -> Dict[str, Any]:
                            "by `dsconf schema`; cross-field rules (fp16 with bf16, the batch arithmetic, ...) are "
                            "checked by `dsconf validate`, not here.",
             "type": "object", **root, "$defs": dict(sorted({**builder.defs, **TEXT_DEFS}.items()))}
-
-
-def newer_than_known(target: str) -> str:
-    """A note when the target is newer than every DeepSpeed dsconf knows ("" otherwise)."""
-    return "" if at_least(LATEST_KNOWN, target) else \
-        f"dsconf knows DeepSpeed up to {LATEST_KNOWN}; keys added since are not in the schema"
 
 
 class _Builder:
@@ -159,7 +136,7 @@ class _Builder:
         auto, note = None, ""
         if auto_source(field):
             auto = {"const": AUTO, "description": f"filled by HF from {auto_source(field)}"}
-        elif _auto_dropped(field, lax):
+        elif auto_dropped(field, lax):
             note = f"'auto': DeepSpeed uses its default {_shown(field.default)}"
             auto = {"const": AUTO, "description": f"DeepSpeed drops 'auto' here and uses its default "
                                                   f"{_shown(field.default)}"}
@@ -264,25 +241,13 @@ class _Builder:
             cases.append({"if": {"properties": {key: {"type": "string", "pattern": pattern}}, "required": [key]},
                           "then": then})
         filled = {k: {"description": f"'auto': filled by HF from {source}"}
-                  for k, source in _hf_filled(owner).items()}
+                  for k, source in hf_filled_params(owner).items()}
         if owner is optimizer.OptimizerConfig:  # validation.rules: DeepSpeed's engine refuses it
             filled[MAX_GRAD_NORM] = {"not": {}, "description": "DeepSpeed refuses it here: use gradient_clipping"}
         free = {"type": "object", "properties": filled, "additionalProperties": {"not": {"const": AUTO}}}
         known = {"properties": {key: {"type": "string", "pattern": "|".join(patterns)}}, "required": [key]}
         cases.append({"if": known, "else": {"properties": {name: _either(free, [{"type": "null"}])}}})
         return cases
-
-
-def _hf_filled(owner: type) -> Dict[str, str]:
-    """What HF fills an "auto" param from, whatever the type (one dsconf has no params model for too)."""
-    return optimizer.HF_FILLED_PARAMS if owner is optimizer.OptimizerConfig else scheduler.HF_FILLED_PARAMS
-
-
-def _auto_dropped(field: dataclasses.Field, lax: bool) -> bool:
-    """"auto" in a key of a pydantic section that HF does not fill: DeepSpeed drops it and uses its default, and so
-    does ``normalize`` (the same condition)."""
-    return lax and auto_source(field) is None and not deepspeed_auto(field) \
-        and field.default is not dataclasses.MISSING
 
 
 def _takes_text(tp: Any) -> bool:

@@ -10,6 +10,8 @@ import re
 from functools import lru_cache
 from typing import Optional, Tuple
 
+from dsconf.errors import ConfigError, Problem
+
 # Newest DeepSpeed whose rules dsconf knows; the target when DeepSpeed is not installed.
 LATEST_KNOWN = "0.19.8"
 # Oldest DeepSpeed dsconf models (the ``deepspeed`` extra's floor): the schema's version gates start there.
@@ -44,8 +46,26 @@ def installed_deepspeed() -> Optional[str]:
 
 
 def target_version(requested: Optional[str] = None) -> str:
-    """The version a config is validated for: the requested one, else the installed one, else the newest known."""
-    return str(requested) if requested else (installed_deepspeed() or LATEST_KNOWN)
+    """The version a config is validated for: the requested one, else the installed one, else the newest known. A
+    requested version must be one dsconf knows the keys of (or newer: see ``newer_than_known``)."""
+    if not requested:
+        return installed_deepspeed() or LATEST_KNOWN
+    version = str(requested)
+    try:
+        parse_version(version)
+    except ValueError:
+        raise ConfigError(Problem("deepspeed_version", f"{version!r} is not a version",
+                                  f"give one such as {LATEST_KNOWN}")) from None
+    if not at_least(version, OLDEST_KNOWN):
+        raise ConfigError(Problem("deepspeed_version", f"{version}: dsconf knows DeepSpeed {OLDEST_KNOWN} to "
+                                  f"{LATEST_KNOWN}", f"e.g. --deepspeed-version {OLDEST_KNOWN}"))
+    return version
+
+
+def newer_than_known(target: str) -> str:
+    """A note when the target is newer than every DeepSpeed dsconf knows ("" otherwise)."""
+    return "" if at_least(LATEST_KNOWN, target) else \
+        f"dsconf knows DeepSpeed up to {LATEST_KNOWN}; keys added since are not known"
 
 
 def known_in(version: str, since: Optional[str], until: Optional[str]) -> bool:

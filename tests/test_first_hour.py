@@ -283,3 +283,13 @@ def test_bad_input_from_a_fresh_process_is_one_line_too(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "dsconf.cli", "validate", name], capture_output=True, text=True,
                               cwd=tmp_path, timeout=60)
         assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["check", "deepspeed.train_batch_size=8"], ["show"],
+                                  ["validate", str(HF_TEMPLATE)], ["schema"]])
+@pytest.mark.parametrize("version, says", [("abc", "'abc' is not a version"),
+                                           ("0.10", "dsconf knows DeepSpeed 0.19.5 to")])
+def test_a_deepspeed_version_dsconf_does_not_know_is_one_line_in_every_command(capsys, argv, version, says):
+    code, out, err = dsconf(capsys, *argv, "--deepspeed-version", version)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
+    assert err.startswith("dsconf: ") and "deepspeed_version" in err and says in err, err

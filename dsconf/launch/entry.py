@@ -126,28 +126,18 @@ def run_task(task_fn: Callable[[Any], Any], cfg: Any) -> Any:
         raise
 
 
-def in_distributed_env(environ: Optional[dict[str, str]] = None) -> bool:
-    """True inside a rank of a running job: an environment of ``dsconf.launch.environments`` that started it."""
-    from dsconf.launch.environments import detect
-
-    found = detect(environ, query=False)
-    return found is not None and found.in_place
-
-
-def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> Any:
-    """This process is one rank: export torch's variables from the environment's, then run the task."""
-    from dsconf.launch.environments import detect, export_rank, settled_dist
+def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any) -> Any:
+    """This process is one rank (``found``, an environment in place): export torch's variables from the
+    environment's, then run the task."""
+    from dsconf.launch.environments import export_rank, settled_dist
     from dsconf.launch.hydra_support import hydra_output_dir
     from dsconf.launch.job_export import export_deepspeed
     from dsconf.launch.plan import dist_settings
-    from dsconf.world import env_world_size
 
-    found = found if found is not None else detect()
-    if found is not None:
-        settled_dist(found, dist_settings(cfg))  # a dist setting that contradicts the environment: ConfigError
-        export_rank(found)
+    settled_dist(found, dist_settings(cfg))  # a dist setting that contradicts the environment: ConfigError
+    export_rank(found)
     job_dir = os.path.abspath(hydra_output_dir() or os.getcwd())
-    world_size = env_world_size() or 1
+    world_size = found.rank.world_size
     write_dir = job_dir if context.rank() == 0 else None  # ds_config.json once per job, by rank 0
     deepspeed, _ = export_deepspeed(cfg, world_size, write_dir)
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None

@@ -22,14 +22,8 @@ def export_deepspeed(cfg: Any, world_size: int, job_dir: Optional[str]) -> tuple
     """The plain DeepSpeed dict for ``world_size`` ranks and the ``ds_config.json`` it was saved to."""
     if select(cfg, "deepspeed") is None:
         return None, None
-    from dsconf.export import to_deepspeed
-    from dsconf.hardware import hardware_problems
-
     with config_warnings_to_stderr(show=context.rank() == 0):  # once per job, not once per rank
-        deepspeed = to_deepspeed(cfg, world_size=world_size)
-    problems = hardware_problems(deepspeed)  # before any rank starts: a precision this host's accelerator lacks
-    if problems:
-        raise ConfigError(problems)
+        deepspeed = _checked_dict(cfg, world_size)
     if not job_dir:
         return deepspeed, None
     return deepspeed, save_ds_config(deepspeed, job_dir)
@@ -41,19 +35,31 @@ def export_for_world_sizes(cfg: Any, world_sizes: list[int], plan: JobPlan) -> d
         return {}
     dicts: dict[int, dict] = {}
     problems: list[Problem] = []
-    for world_size in world_sizes:
-        try:
-            dicts[world_size] = export_deepspeed(cfg, world_size, None)[0]  # type: ignore[assignment]
-        except ConfigError as err:
-            if len(world_sizes) == 1:  # a fixed world: the problems as a single run reports them
-                raise
-            nodes = world_size // plan.nproc_per_node
-            problems += [Problem(p.path, f"with {nodes} node(s) of dist.nnodes={plan.min_nodes}:{plan.max_nodes} "
-                                 f"(world size {world_size}): {p.message}", p.hint)
-                         for p in err.problems if p not in problems]
+    with config_warnings_to_stderr(show=context.rank() == 0):  # once per job, not once per world size
+        for world_size in world_sizes:
+            try:
+                dicts[world_size] = _checked_dict(cfg, world_size)
+            except ConfigError as err:
+                if len(world_sizes) == 1:  # a fixed world: the problems as a single run reports them
+                    raise
+                nodes = world_size // plan.nproc_per_node
+                problems += [Problem(p.path, f"with {nodes} node(s) of dist.nnodes={plan.min_nodes}:"
+                                     f"{plan.max_nodes} (world size {world_size}): {p.message}", p.hint)
+                             for p in err.problems if p not in problems]
     if problems:
         raise ConfigError(problems)
     return dicts
+
+
+def _checked_dict(cfg: Any, world_size: int) -> dict:
+    from dsconf.export import to_deepspeed
+    from dsconf.hardware import hardware_problems
+
+    deepspeed = to_deepspeed(cfg, world_size=world_size)
+    problems = hardware_problems(deepspeed)  # before any rank starts: a precision this host's accelerator lacks
+    if problems:
+        raise ConfigError(problems)
+    return deepspeed
 
 
 def save_ds_config(deepspeed: dict, job_dir: str) -> str:

@@ -87,15 +87,13 @@ def plan_job(dist: Mapping[str, Any], *, job_num: Optional[int] = None,
              environ: Optional[Mapping[str, str]] = None) -> JobPlan:
     """Validate ``dist`` and choose the rendezvous; raises ``ConfigError`` naming the bad key."""
     env = os.environ if environ is None else environ
-    if isinstance(dist.get("rdzv_conf"), str):  # torchrun's k=v,k=v text (as PET_RDZV_CONF gives it)
-        dist = {**dist, "rdzv_conf": rendezvous_conf(dist["rdzv_conf"])}
-    dist = checked_dist(dist)
+    rdzv_conf = rendezvous_conf(dist.get("rdzv_conf"))  # a mapping, or torchrun's k=v,k=v text: checked, a mapping
+    dist = checked_dist({**dist, "rdzv_conf": rdzv_conf})
     nproc = resolve_nproc_per_node(dist["nproc_per_node"])
     min_nodes, max_nodes = parse_nnodes(dist["nnodes"])
     start_method = dist["start_method"]
     if start_method == "auto":  # fork is fast and safe without GPUs; spawn keeps CUDA out of the parent
         start_method = "fork" if visible_gpu_count() == 0 else "spawn"
-    rdzv_conf = rendezvous_conf(dist["rdzv_conf"])
     endpoint = dist["rdzv_endpoint"].strip()
     backend = dist["rdzv_backend"]
     rdzv_id = dist["rdzv_id"]

@@ -130,7 +130,7 @@ class Prior:
 def _estimates(probe: Probe) -> Dict[str, list]:
     """DeepSpeed's rows for the job's world, and for a single GPU (stages 0 and 1)."""
     # DeepSpeed's import detects the accelerator: through NVML, so that this process (which forks the trials' jobs)
-    # does not initialise CUDA; and its log line goes to stderr, not into the sweep's output
+    # does not initialise CUDA; and whatever it prints goes to stderr, not into the sweep's output
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     from dsconf.estimate import estimate
 

@@ -139,8 +139,7 @@ def deepspeed_auto(field: dataclasses.Field) -> bool:
 def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type, parent: dict, path: str,
                      keep_auto: bool, lax: bool, problems: List[Problem]) -> Any:
     if is_auto(value) and not deepspeed_auto(field):
-        if lax and auto_source(field) is None and field.default is not dataclasses.MISSING:
-            # DeepSpeedConfigModel (non-strict) drops every "auto" before validation: the field gets its default
+        if auto_dropped(field, lax):
             warnings.warn(f"{path}='auto' is no value DeepSpeed reads here: DeepSpeed drops it and uses its default "
                           f"{_shown(field.default)}, which dsconf exports", AutoDroppedWarning, stacklevel=2)
             return field.default
@@ -154,7 +153,7 @@ def _normalize_field(value: Any, tp: Any, field: dataclasses.Field, owner: type,
         if model is not None:
             return normalize(value, model, path, keep_auto=keep_auto, problems=problems)
         if model_key(field) and isinstance(value, dict):
-            _free_form_auto(value, _hf_filled_params(owner), path, keep_auto, problems)
+            _free_form_auto(value, hf_filled_params(owner), path, keep_auto, problems)
         return value
     if isinstance(value, bool) and field.metadata.get("finite"):
         return value  # DeepSpeed's validator refuses a boolean before pydantic would make it 0/1
@@ -166,7 +165,14 @@ def _shown(value: Any) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else repr(value)
 
 
-def _hf_filled_params(owner: type) -> Dict[str, str]:
+def auto_dropped(field: dataclasses.Field, lax: bool) -> bool:
+    """"auto" in a key of a pydantic section (``lax``) that HF does not fill: DeepSpeedConfigModel (non-strict) drops
+    every "auto" before validation, so the field gets its default."""
+    return lax and auto_source(field) is None and not deepspeed_auto(field) and field.default is not dataclasses.MISSING
+
+
+def hf_filled_params(owner: type) -> Dict[str, str]:
+    """What HF fills an "auto" param of ``owner``'s free-form params from (the optimizer's or the scheduler's)."""
     from dsconf.schema import optimizer, scheduler
 
     return {optimizer.OptimizerConfig: optimizer.HF_FILLED_PARAMS,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from dsconf.errors import ConfigWarning, Problem
 from dsconf.schema.introspect import default_of, fields_of
-from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS
+from dsconf.schema.optimizer import DEEPSPEED_OPTIMIZERS, AdamParams, optimizer_params_model
 from dsconf.schema.root import DEEPSPEED_NODE
 from dsconf.schema.zero import OFFLOAD_BLOCKS, OffloadOptimizerConfig, OffloadParamConfig
 from dsconf.validation.normalize import is_auto
@@ -297,13 +297,13 @@ def no_max_grad_norm_in_optimizer_params(ds: Dict[str, Any]) -> List[Problem]:
     return []
 
 
-@rule(None, why="DeepSpeed hands every Adam param but torch_adam and adam_w_mode to torch.optim.Adam(W), which has no "
-                "bias_correction: a TypeError inside deepspeed.initialize on every rank",
-      keys=("optimizer.params.torch_adam", "optimizer.params.bias_correction"))
+@rule("initialize", deepspeed_says="torch.optim.AdamW if adam_w_mode else torch.optim.Adam",
+      keys=("optimizer.type", "optimizer.params.torch_adam", "optimizer.params.bias_correction"))
 def no_bias_correction_with_torch_adam(ds: Dict[str, Any]) -> List[Problem]:
-    opt = ds.get("optimizer") or {}
-    params = opt.get("params") if isinstance(opt, dict) else None
-    if not (isinstance(params, dict) and str(opt.get("type", "")).lower() in ("adam", "adamw")):
+    """DeepSpeed hands every Adam param but torch_adam and adam_w_mode to torch's Adam(W), which has no
+    bias_correction: a TypeError inside deepspeed.initialize on every rank."""
+    params = (ds.get("optimizer") or {}).get("params")
+    if not (isinstance(params, dict) and optimizer_params_model(ds["optimizer"].get("type")) is AdamParams):
         return []
     if params.get("torch_adam") is True and params.get("bias_correction") is not None:
         return [Problem(f"{P}.optimizer.params.bias_correction", "torch's Adam (torch_adam=true) has no "

@@ -74,3 +74,15 @@ def test_submitit_local_executor() -> None:
            "SUBMITIT_LOCAL_NTASKS": "2", "SUBMITIT_LOCAL_JOB_ID": "99"}
     task = scheduler_rank(env, gpus=0)
     assert (task.rank, task.local_rank, task.world_size, task.master_addr) == (1, 1, 2, "localhost")
+
+
+@pytest.mark.parametrize("variable, value", [("SLURM_NTASKS", "eight"), ("SLURM_NODEID", "x"),
+                                             ("MASTER_PORT", "port"), ("SUBMITIT_LOCAL_NTASKS", "two")])
+def test_a_malformed_scheduler_variable_is_one_line_naming_it(variable: str, value: str) -> None:
+    from dsconf.errors import ConfigError
+
+    env = ({"SUBMITIT_EXECUTOR": "local", "SUBMITIT_LOCAL_GLOBALID": "0"} if variable.startswith("SUBMITIT")
+           else srun_env(0))
+    with pytest.raises(ConfigError) as err:
+        detect({**env, variable: value}, gpus=0)
+    assert err.value.paths == [variable] and "is not a number" in str(err.value), str(err.value)

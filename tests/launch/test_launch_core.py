@@ -235,3 +235,18 @@ def test_plugin_entry_and_context_modules_do_not_import_torch() -> None:
             "dsconf.launch.entry, dsconf.launch.context, dsconf.launch._worker; "
             "assert 'torch' not in sys.modules and 'deepspeed' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_config_warning_is_shown_once_for_every_world_size_of_an_elastic_range(capsys) -> None:
+    """An elastic node range exports a dict per world size; the user's config warning is said once, not per size."""
+    from dsconf.composition import compose_config
+    from dsconf.launch.job_export import export_for_world_sizes
+
+    cfg = compose_config(["deepspeed.train_micro_batch_size_per_gpu=2", "zero=stage2",
+                          "deepspeed.zero_optimization.offload_optimizer.device=none",
+                          "deepspeed.zero_optimization.offload_optimizer.nvme_path=/tmp"])
+    plan = plan_job({"nproc_per_node": 2, "nnodes": "1:3", "rdzv_endpoint": "node0:29400", "rdzv_id": "exp"},
+                    environ={})
+    assert sorted(export_for_world_sizes(cfg, plan.world_sizes, plan)) == [2, 4, 6]
+    warnings_shown = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dsconf: warning:")]
+    assert len(warnings_shown) == 1 and "offload_optimizer" in warnings_shown[0], warnings_shown

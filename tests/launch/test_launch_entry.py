@@ -8,11 +8,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import alive, descendants, free_port, rank_facts, run_script, wait_for
+from launch_helpers import alive, descendants, free_port, rank_facts, run_nodes, run_script, wait_for
 
 # auto: fork on this GPU-less host (fast); the Ctrl-C test also covers spawn, the default with GPUs
 BATCH = ["deepspeed.train_micro_batch_size_per_gpu=2", "deepspeed.gradient_accumulation_steps=3",
@@ -113,28 +112,13 @@ def test_ctrl_c_leaves_no_process_behind(train_script: Path, tmp_path: Path, sta
 def test_two_nodes_on_localhost_form_one_world_of_4(train_script: Path, tmp_path: Path) -> None:
     out = tmp_path / "facts"
     port = free_port()
-    nodes, logs = [], []
-    for n in range(2):
-        # rendezvous and job bounded, and torch elastic's own log on: a node that hangs reports where it was
-        log = tmp_path / f"node{n}.log"
-        logs.append(log)
-        with open(log, "w") as fh:
-            nodes.append(subprocess.Popen(
-                [sys.executable, str(train_script), "dist.nnodes=2", "dist.nproc_per_node=2",
-                 f"dist.rdzv_endpoint=127.0.0.1:{port}", "dist.rdzv_id=two-nodes",
-                 "+dist.rdzv_conf.join_timeout=90",
-                 "dist.timeout=150", *BATCH, f"+test.out={out}", f"hydra.run.dir={tmp_path / f'node{n}'}"],
-                cwd=str(tmp_path), stdout=fh, stderr=subprocess.STDOUT, text=True,
-                env={**os.environ, "LOGLEVEL": "INFO"}))
-    deadline = time.monotonic() + 200
-    codes: list = []
-    for node in nodes:
-        try:
-            codes.append(node.wait(timeout=max(1.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            codes.append("hung")
-        finally:
-            node.kill()
+    # rendezvous and job bounded, and torch elastic's own log on: a node that hangs reports where it was
+    commands = [[sys.executable, str(train_script), "dist.nnodes=2", "dist.nproc_per_node=2",
+                 f"dist.rdzv_endpoint=127.0.0.1:{port}", "dist.rdzv_id=two-nodes", "+dist.rdzv_conf.join_timeout=90",
+                 "dist.timeout=150", *BATCH, f"+test.out={out}", f"hydra.run.dir={tmp_path / f'node{n}'}"]
+                for n in range(2)]
+    logs = [tmp_path / f"node{n}.log" for n in range(2)]
+    codes = run_nodes(commands, [{**os.environ, "LOGLEVEL": "INFO"}] * 2, logs, tmp_path, timeout=200)
     report = "\n".join(f"--- {path.relative_to(tmp_path)}\n{path.read_text()[-3000:]}"
                        for path in [*logs, *sorted(tmp_path.glob("node*/logs/*.log"))])
     assert codes == [0, 0], report

@@ -85,9 +85,12 @@ def read_vars(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return {name: env[name] for name in names if env.get(name) is not None}
 
 
-def number(env: Mapping[str, str], name: str, title: str, *, minimum: int = 0) -> int:
-    """``env[name]`` as an int >= ``minimum``; a one-line error naming the variable when missing or malformed."""
+def number(env: Mapping[str, str], name: str, title: str, *, minimum: int = 0, default: Optional[int] = None) -> int:
+    """``env[name]`` as an int >= ``minimum`` (``default`` when unset, if given); a one-line error naming the variable
+    when missing or malformed."""
     value = env.get(name)
+    if (value is None or value == "") and default is not None:
+        return default
     if value is None or value == "":
         raise ConfigError(Problem(name, f"is not set, but the other variables of {title} are",
                                   f"{title} sets it for every process; set it, or unset the others"))

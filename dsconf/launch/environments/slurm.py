@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Optional
 
-from dsconf.launch.environments.base import Adapter, Environment, Rank, derived_port, read_vars
+from dsconf.launch.environments.base import Adapter, Environment, Rank, derived_port, number, read_vars
 from dsconf.world import parse_visible_devices, visible_gpu_count
 
 SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_NODEID",
@@ -31,40 +31,43 @@ SLURM_VARS = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_STEP_NUM_T
 SUBMITIT_LOCAL_VARS = ("SUBMITIT_EXECUTOR", "SUBMITIT_LOCAL_GLOBALID", "SUBMITIT_LOCAL_LOCALID",
                        "SUBMITIT_LOCAL_NTASKS", "SUBMITIT_LOCAL_JOB_ID", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR",
                        "MASTER_PORT")
+SLURM_TITLE = "SLURM (srun, sbatch, submitit)"
+SUBMITIT_TITLE = "submitit's local executor"
 EXPORTED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 def _slurm_present(env: Mapping[str, str]) -> bool:
-    return (bool(env.get("SLURM_PROCID")) and int(env.get("SLURM_NTASKS", "1") or 1) > 1
-            and env.get("SUBMITIT_EXECUTOR") != "local")
+    return (bool(env.get("SLURM_PROCID")) and env.get("SUBMITIT_EXECUTOR") != "local"
+            and number(env, "SLURM_NTASKS", SLURM_TITLE, default=1) > 1)
 
 
 def _read_slurm(env: Mapping[str, str], gpus: Optional[int] = None, query: bool = True) -> Environment:
     import hostlist
 
-    rank, local = int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0"))
+    rank, local = number(env, "SLURM_PROCID", SLURM_TITLE), number(env, "SLURM_LOCALID", SLURM_TITLE, default=0)
     world_var = "SLURM_STEP_NUM_TASKS" if env.get("SLURM_STEP_NUM_TASKS") else "SLURM_NTASKS"
-    world = int(env.get(world_var) or 1)
-    node = int(env.get("SLURM_NODEID", "0"))
+    world = number(env, world_var, SLURM_TITLE, minimum=1, default=1)
+    node = number(env, "SLURM_NODEID", SLURM_TITLE, default=0)
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""
     hosts = hostlist.expand_hostlist(nodelist) if nodelist else ["localhost"]
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     counts = hostlist.parse_slurm_tasks_per_node(per_node) if per_node else [world // max(len(hosts), 1)]
     local_world = counts[node] if node < len(counts) else counts[-1]
     job = f"{env.get('SLURM_JOB_ID', '0')}.{env.get('SLURM_STEP_ID', '0')}"
-    return _environment("slurm", "SLURM (srun, sbatch, submitit)", read_vars(env, SLURM_VARS), env, gpus,
+    return _environment("slurm", SLURM_TITLE, read_vars(env, SLURM_VARS), env, gpus,
                         rank, local, world, local_world, node, hosts[0], "the step's first node", job,
                         "SLURM_JOB_ID.SLURM_STEP_ID", f"{world_var}={world}")
 
 
 def _submitit_local_present(env: Mapping[str, str]) -> bool:
-    return int(env.get("SUBMITIT_LOCAL_NTASKS", "1") or 1) > 1 and bool(env.get("SUBMITIT_LOCAL_GLOBALID"))
+    return bool(env.get("SUBMITIT_LOCAL_GLOBALID")) and number(env, "SUBMITIT_LOCAL_NTASKS", SUBMITIT_TITLE,
+                                                               default=1) > 1
 
 
 def _read_submitit_local(env: Mapping[str, str], gpus: Optional[int] = None, query: bool = True) -> Environment:
-    rank, local, world = (int(env.get(f"SUBMITIT_LOCAL_{k}", d)) for k, d in
-                          (("GLOBALID", "0"), ("LOCALID", "0"), ("NTASKS", "1")))
-    return _environment("submitit_local", "submitit's local executor", read_vars(env, SUBMITIT_LOCAL_VARS), env, gpus,
+    rank, local, world = (number(env, f"SUBMITIT_LOCAL_{k}", SUBMITIT_TITLE, default=d) for k, d in
+                          (("GLOBALID", 0), ("LOCALID", 0), ("NTASKS", 1)))
+    return _environment("submitit_local", SUBMITIT_TITLE, read_vars(env, SUBMITIT_LOCAL_VARS), env, gpus,
                         rank, local, world, world, 0, "localhost", "this host", env.get("SUBMITIT_LOCAL_JOB_ID", "0"),
                         "SUBMITIT_LOCAL_JOB_ID", f"SUBMITIT_LOCAL_NTASKS={world}")
 
@@ -81,7 +84,7 @@ def _environment(name: str, title: str, read: dict[str, str], env: Mapping[str, 
     return Environment(name=name, title=title, read=read, sources=sources, exported=EXPORTED, rank=Rank(
         rank=rank, local_rank=device_local_rank(local, local_world, visible, env), world_size=world,
         local_world_size=local_world, node_rank=node, master_addr=user_addr or host,
-        master_port=int(user_port or derived_port(job))))
+        master_port=number(env, "MASTER_PORT", title) if user_port else derived_port(job)))
 
 
 def device_local_rank(local: int, local_world: int, visible: int, environ: Mapping[str, str]) -> int:
@@ -101,7 +104,7 @@ def _visible_devices(env: Mapping[str, str], gpus: Optional[int]) -> int:
     return visible_gpu_count()
 
 
-SLURM = Adapter(name="slurm", title="SLURM (srun, sbatch, submitit)", variables=SLURM_VARS, present=_slurm_present,
+SLURM = Adapter(name="slurm", title=SLURM_TITLE, variables=SLURM_VARS, present=_slurm_present,
                 read=_read_slurm)
-SUBMITIT_LOCAL = Adapter(name="submitit_local", title="submitit's local executor", variables=SUBMITIT_LOCAL_VARS,
+SUBMITIT_LOCAL = Adapter(name="submitit_local", title=SUBMITIT_TITLE, variables=SUBMITIT_LOCAL_VARS,
                          present=_submitit_local_present, read=_read_submitit_local)
