@@ -316,9 +316,8 @@ def test_the_step_time_is_the_slowest_ranks(script: Path, tmp_path: Path) -> Non
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (record,) = trials(sweep_dir)
     fast, slow = record["rank_step_time_s"]
-    # rank 0 does not wait for rank 1: its own step is shorter by at least half the delay (a loaded machine's step
-    # takes a few tenths of a second on its own)
-    assert slow >= 1.5 and fast < slow - 0.75, record
+    # rank 0's own step is clearly shorter (on a loaded machine it has been anywhere from 0.3 to 0.8 s of rank 1's 1.5)
+    assert slow >= 1.5 and fast < slow - 0.5, record
     assert record["slowest_rank"] == 1 and record["step_time_s"] == slow
     assert record["samples_per_s"] == pytest.approx(GLOBAL_BATCH / slow)
 
