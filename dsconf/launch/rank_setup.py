@@ -20,15 +20,22 @@ started", which its own engine set-up triggers on every rank with a warm-up sche
 the collectives DeepSpeed calls by their deprecated names (only when DeepSpeed's own code made the call: the same
 warning for the user's code is kept).
 
+Where ranks are forked (``start_method`` fork, on hosts without GPUs), ``warm_before_fork`` does once, in the process
+that forks them, what every rank would do for itself: import ``torch._dynamo`` (torch's optimizer imports it on first
+use: 1.4 s of CPU) and ask py-cpuinfo about the CPU (DeepSpeed's op builders ask for the architecture and SIMD width on
+every op load, and py-cpuinfo answers each question by starting a Python interpreter: 1.1 s of CPU each, two per op
+per rank). Its answer is kept and shared, as the hardware it describes is.
+
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
-tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is applied when the module it
-wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
+tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed but ``warm_before_fork``: each wrapper is
+applied when the module it wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib.abc
 import io
@@ -50,6 +57,39 @@ TORCH_PRIVATE = ("torch.utils.cpp_extension._run_ninja_build(build_directory, ve
 BUILT_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
 DEPRECATED_COLLECTIVE = re.compile(r"`torch\.distributed\.\w+` is deprecated")
 SCHEDULER_NOT_STARTED = "Attempting to get learning rate from scheduler before it has started"
+
+
+def warm_before_fork() -> None:
+    """In the process whose forks become the ranks (``start_method`` fork: hosts without GPUs), compute once what every
+    DeepSpeed rank would otherwise compute for itself, and that forks inherit."""
+    # py-cpuinfo's interpreter runs while this one imports: the thread only waits on it
+    asking = threading.Thread(target=share_cpu_info, name="dsconf-cpu-info", daemon=True)
+    asking.start()
+    try:
+        import torch._dynamo  # noqa: F401  torch.optim.Optimizer imports it on first use
+    finally:
+        asking.join()  # nothing forks while it runs
+
+
+def share_cpu_info() -> None:
+    """DeepSpeed's op builders ask py-cpuinfo for the CPU's architecture and SIMD width on every op load, and
+    py-cpuinfo answers each call by starting a new Python interpreter: asked once here, the answer is kept."""
+    try:
+        import cpuinfo
+    except ImportError:
+        return
+    if getattr(cpuinfo.get_cpu_info, "_dsconf", False):
+        return
+    info = cpuinfo.get_cpu_info()
+
+    def get_cpu_info() -> Dict[str, Any]:
+        return copy.deepcopy(info)
+
+    get_cpu_info._dsconf = True  # type: ignore[attr-defined]
+    cpuinfo.get_cpu_info = get_cpu_info
+    inner = sys.modules.get("cpuinfo.cpuinfo")
+    if inner is not None:
+        inner.get_cpu_info = get_cpu_info
 
 
 def prepare_rank() -> None:

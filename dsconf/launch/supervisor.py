@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 from dsconf.launch._worker import die_with_parent, kill_group, run_rank
 from dsconf.launch.failures import JobFailed, JobInterrupted, JobTimeout, agent_failed, job_failed
 from dsconf.launch.plan import JobPlan
+from dsconf.launch.rank_setup import warm_before_fork
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 # After asking the agent to stop, how long before its process group is killed. Ranks reset SIGTERM to its default
@@ -50,6 +51,9 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
     rank's pickled return value; raises ``JobFailed`` (``JobTimeout``, ``JobInterrupted``) otherwise.
     """
     import dsconf.launch._compat  # noqa: F401  (torch elastic imported once, before the fork)
+
+    if plan.start_method == "fork":
+        warm_before_fork()
 
     receiver, sender = multiprocessing.Pipe(duplex=False)
     agent = multiprocessing.get_context("fork").Process(target=_agent_process, args=(sender, plan, arg, log_dir, tee),

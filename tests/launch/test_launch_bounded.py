@@ -156,7 +156,8 @@ def test_resetting_rendezvous_port_fails_in_one_line(train_script: Path, tmp_pat
 def test_ctrl_c_during_rendezvous_exits_130(train_script: Path, tmp_path: Path, held_port: int) -> None:
     proc = start(train_script, *BATCH, "dist.nproc_per_node=2", f"dist.rdzv_endpoint=127.0.0.1:{held_port}",
                  f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    wait_for(lambda: (tmp_path / "run" / "ds_config.json").exists(), timeout=STARTUP_S * 3, what="the launch")
+    # the agent makes the log dir as it starts torch elastic's launch
+    wait_for(lambda: (tmp_path / "run" / "logs").exists(), timeout=STARTUP_S * 3, what="the launch")
     time.sleep(2)  # the agent is now blocked in its store client
     proc.send_signal(signal.SIGINT)
     code, stderr, took = finish(proc, AGENT_STOP_GRACE_S + 5)

@@ -8,6 +8,7 @@ is only loaded from the cache the set-up built (never rebuilt here). Each case r
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shutil
 import subprocess
@@ -242,3 +243,55 @@ def test_rank_lines_reach_a_pipe_as_they_are_printed(tmp_path: Path, sweep: bool
                 stamps[text] = time.monotonic()
     assert proc.wait(timeout=120) == 0
     assert stamps["last line"] - stamps["first line"] >= 4, stamps  # the rank sleeps 6 s between the two
+
+
+SHARING_APP = """
+import json, os, subprocess, sys
+import dsconf
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    dynamo_before_task = "torch._dynamo" in sys.modules
+    started = []
+    popen_init = subprocess.Popen.__init__
+
+    def counting(self, args, *a, **k):
+        started.append(" ".join(map(str, args)) if isinstance(args, (list, tuple)) else str(args))
+        return popen_init(self, args, *a, **k)
+
+    subprocess.Popen.__init__ = counting
+    from deepspeed.ops.op_builder.cpu import FusedAdamBuilder
+    builder = FusedAdamBuilder()
+    facts = {"dynamo_before_task": dynamo_before_task, "cpu_arch": builder.cpu_arch(),
+             "simd_width": builder.simd_width(), "started": started}
+    subprocess.Popen.__init__ = popen_init
+    with open(f"rank{os.environ['RANK']}.json", "w") as fh:
+        json.dump(facts, fh)
+
+main()
+"""
+FRESH_ANSWER = """
+import json
+from deepspeed.ops.op_builder.cpu import FusedAdamBuilder
+print(json.dumps({"cpu_arch": FusedAdamBuilder().cpu_arch(), "simd_width": FusedAdamBuilder().simd_width()}))
+"""
+
+
+@pytest.mark.slow
+def test_forked_ranks_share_the_cpu_facts_deepspeed_asks_for_and_torchs_optimizer_imports(tmp_path: Path) -> None:
+    """py-cpuinfo answers each question by starting a Python interpreter, and DeepSpeed asks twice per op load; torch's
+    optimizer imports torch._dynamo on first use: asked and imported once before the ranks fork, none of it repeats
+    in a rank, and the answers are those a fresh process gets."""
+    (tmp_path / "app.py").write_text(SHARING_APP)
+    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+    args = ["dist.nproc_per_node=2", "deepspeed.train_micro_batch_size_per_gpu=1", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run([sys.executable, "app.py", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fresh = subprocess.run([sys.executable, "-c", FRESH_ANSWER], capture_output=True, text=True, env=env, check=True)
+    expected = json.loads(fresh.stdout.splitlines()[-1])
+    for rank in (0, 1):
+        facts = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert facts["dynamo_before_task"], rank
+        assert not [c for c in facts["started"] if "cpuinfo" in c], facts["started"]
+        assert (facts["cpu_arch"], facts["simd_width"]) == (expected["cpu_arch"], expected["simd_width"])
