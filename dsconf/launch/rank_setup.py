@@ -20,15 +20,14 @@ started", which its own engine set-up triggers on every rank with a warm-up sche
 the collectives DeepSpeed calls by their deprecated names (only when DeepSpeed's own code made the call: the same
 warning for the user's code is kept).
 
-Where ranks are forked (``start_method`` fork, on hosts without GPUs), ``warm_before_fork`` does once, in the process
-that forks them, what every rank would do for itself: import ``torch._dynamo`` (torch's optimizer imports it on first
-use: 1.4 s of CPU) and ask py-cpuinfo about the CPU (DeepSpeed's op builders ask for the architecture and SIMD width on
-every op load, and py-cpuinfo answers each question by starting a Python interpreter: 1.1 s of CPU each, two per op
-per rank). Its answer is kept and shared, as the hardware it describes is.
+DeepSpeed's op builders ask py-cpuinfo for the CPU's architecture and SIMD width on every op load, and py-cpuinfo
+answers each question by starting a Python interpreter (1.1 s of CPU each: two per op, per rank). ``share_cpu_info``
+has the first rank of a job that asks keep the answer in a file the launcher names (``DSCONF_CPU_INFO_FILE``, in a
+directory of its own that it removes when the job ends); the job's other ranks, and later questions, read it.
 
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
-tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed but ``warm_before_fork``: each wrapper is
+tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is
 applied when the module it wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
 """
 
@@ -39,6 +38,7 @@ import copy
 import functools
 import importlib.abc
 import io
+import json
 import os
 import re
 import shutil
@@ -48,6 +48,11 @@ import sysconfig
 import threading
 import time
 import warnings
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: each rank asks for itself
+    fcntl = None  # type: ignore[assignment]
 from typing import Any, Callable, Dict, Optional
 
 WAIT_NOTICE_S = 5.0  # a rank waiting on another build's lock says so after this long
@@ -59,43 +64,14 @@ DEPRECATED_COLLECTIVE = re.compile(r"`torch\.distributed\.\w+` is deprecated")
 SCHEDULER_NOT_STARTED = "Attempting to get learning rate from scheduler before it has started"
 
 
-def warm_before_fork() -> None:
-    """In the process whose forks become the ranks (``start_method`` fork: hosts without GPUs), compute once what every
-    DeepSpeed rank would otherwise compute for itself, and that forks inherit."""
-    # py-cpuinfo's interpreter runs while this one imports: the thread only waits on it
-    asking = threading.Thread(target=share_cpu_info, name="dsconf-cpu-info", daemon=True)
-    asking.start()
-    try:
-        import torch._dynamo  # noqa: F401  torch.optim.Optimizer imports it on first use
-    finally:
-        asking.join()  # nothing forks while it runs
-
-
-def share_cpu_info() -> None:
-    """DeepSpeed's op builders ask py-cpuinfo for the CPU's architecture and SIMD width on every op load, and
-    py-cpuinfo answers each call by starting a new Python interpreter: asked once here, the answer is kept."""
-    try:
-        import cpuinfo
-    except ImportError:
-        return
-    if getattr(cpuinfo.get_cpu_info, "_dsconf", False):
-        return
-    info = cpuinfo.get_cpu_info()
-
-    def get_cpu_info() -> Dict[str, Any]:
-        return copy.deepcopy(info)
-
-    get_cpu_info._dsconf = True  # type: ignore[attr-defined]
-    cpuinfo.get_cpu_info = get_cpu_info
-    inner = sys.modules.get("cpuinfo.cpuinfo")
-    if inner is not None:
-        inner.get_cpu_info = get_cpu_info
+CPU_INFO_FILE_ENV = "DSCONF_CPU_INFO_FILE"  # set by the launcher: where a job's ranks share py-cpuinfo's answer
 
 
 def prepare_rank() -> None:
     """Everything above, in this process (a rank, before its task runs)."""
     use_environment_ninja()
     watch_op_builds()
+    share_cpu_info()
     quiet_deepspeed()
 
 
@@ -214,6 +190,50 @@ def _tell_while_waiting(lock: str, done: threading.Event) -> None:
     while not done.wait(delay):
         print(wait_notice(lock, time.monotonic() - start), flush=True)
         delay = WAIT_REPEAT_S
+
+
+# ------------------------------------------------------------------------------------------------ CPU facts
+def share_cpu_info() -> None:
+    """py-cpuinfo's answer asked once per job, where the launcher names a file for it."""
+    path = os.environ.get(CPU_INFO_FILE_ENV)
+    if path and fcntl is not None:
+        after_import("cpuinfo", functools.partial(_share_cpu_info, path=path))
+
+
+def _share_cpu_info(module: Any, path: str) -> None:
+    original = getattr(module, "get_cpu_info", None)
+    if original is None or getattr(original, "_dsconf", False):
+        return
+    known: list = []
+
+    @functools.wraps(original)
+    def get_cpu_info() -> Any:
+        if not known:
+            known.append(shared_answer(path, original))
+        return copy.deepcopy(known[0])
+
+    get_cpu_info._dsconf = True  # type: ignore[attr-defined]
+    module.get_cpu_info = get_cpu_info
+
+
+def shared_answer(path: str, ask: Callable[[], Any]) -> Any:
+    """The JSON answer kept at ``path``, or ``ask()``'s, kept there for the next process: one process asks at a time."""
+    try:
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    return json.load(fh)
+            except (OSError, ValueError):
+                pass
+            answer = ask()
+            partial = f"{path}.{os.getpid()}"
+            with open(partial, "w", encoding="utf-8") as fh:
+                json.dump(answer, fh)
+            os.replace(partial, path)
+            return answer
+    except OSError:  # the launcher's directory is gone: ask as DeepSpeed would
+        return ask()
 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed's noise
