@@ -22,8 +22,8 @@ warning for the user's code is kept).
 
 DeepSpeed's op builders ask py-cpuinfo for the CPU's architecture and SIMD width on every op load, and py-cpuinfo
 answers each question by starting a Python interpreter (1.1 s of CPU each: two per op, per rank). ``share_cpu_info``
-has the first rank of a job that asks keep the answer in a file the launcher names (``DSCONF_CPU_INFO_FILE``, in a
-directory of its own that it removes when the job ends); the job's other ranks, and later questions, read it.
+has the first rank that asks keep the answer in a file the launcher names (``shared_cpu_info_file``: one per job, or
+one per sweep, removed when it ends); the other ranks, and later questions, read it.
 
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
@@ -45,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import warnings
@@ -53,7 +54,7 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: each rank asks for itself
     fcntl = None  # type: ignore[assignment]
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 WAIT_NOTICE_S = 5.0  # a rank waiting on another build's lock says so after this long
 WAIT_REPEAT_S = 60.0  # and again every this long
@@ -214,6 +215,23 @@ def _share_cpu_info(module: Any, path: str) -> None:
 
     get_cpu_info._dsconf = True  # type: ignore[attr-defined]
     module.get_cpu_info = get_cpu_info
+
+
+@contextlib.contextmanager
+def shared_cpu_info_file() -> Iterator[str]:
+    """In the launcher: where the ranks of the jobs started inside share py-cpuinfo's answer (``CPU_INFO_FILE_ENV``, in
+    the environment they inherit). An enclosing sweep's file is kept; otherwise a new directory, removed on exit."""
+    enclosing = os.environ.get(CPU_INFO_FILE_ENV)
+    if enclosing:
+        yield enclosing
+        return
+    scratch = tempfile.mkdtemp(prefix="dsconf-")
+    path = os.environ[CPU_INFO_FILE_ENV] = os.path.join(scratch, "cpu-info.json")
+    try:
+        yield path
+    finally:
+        os.environ.pop(CPU_INFO_FILE_ENV, None)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def shared_answer(path: str, ask: Callable[[], Any]) -> Any:

@@ -16,10 +16,8 @@ import logging
 import multiprocessing
 import os
 import pickle
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +27,7 @@ from typing import Any, Callable, Optional
 from dsconf.launch._worker import die_with_parent, kill_group, run_rank
 from dsconf.launch.failures import JobFailed, JobInterrupted, JobTimeout, agent_failed, job_failed
 from dsconf.launch.plan import JobPlan
-from dsconf.launch.rank_setup import CPU_INFO_FILE_ENV
+from dsconf.launch.rank_setup import shared_cpu_info_file
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 # After asking the agent to stop, how long before its process group is killed. Ranks reset SIGTERM to its default
@@ -55,9 +53,7 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
     import dsconf.launch._compat  # noqa: F401  (torch elastic imported once, before the fork)
 
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    scratch = tempfile.mkdtemp(prefix="dsconf-job-")  # what the job's ranks share, gone with the job
-    agent = multiprocessing.get_context("fork").Process(target=_agent_process,
-                                                        args=(sender, plan, arg, log_dir, tee, scratch),
+    agent = multiprocessing.get_context("fork").Process(target=_agent_process, args=(sender, plan, arg, log_dir, tee),
                                                         name="dsconf-agent", daemon=False)
     started = time.monotonic()
     silence = SilenceNotice(log_dir, since=started - (process_age() if _jobs_supervised == 0 else 0.0))
@@ -68,7 +64,7 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
     stop: Optional[JobFailed] = None
     kill_at: Optional[float] = None
     message: Any = None
-    with _signals_caught() as caught:
+    with _signals_caught() as caught, shared_cpu_info_file():  # the ranks' environment is the agent's
         agent.start()
         sender.close()
         try:
@@ -108,7 +104,6 @@ def supervise(plan: JobPlan, arg: Any, log_dir: str, *, tee: bool) -> dict[int, 
             kill_group(agent.pid)  # whatever the agent left behind, or everything if we are interrupted
             agent.join()
             receiver.close()
-            shutil.rmtree(scratch, ignore_errors=True)
     if stop is not None:
         raise stop
     if isinstance(message, BaseException):
@@ -190,9 +185,8 @@ def launch_config(plan: JobPlan, log_dir: str, *, tee: bool = True,
     )
 
 
-def _agent_process(conn: Connection, plan: JobPlan, arg: Any, log_dir: str, tee: bool, scratch: str) -> None:
+def _agent_process(conn: Connection, plan: JobPlan, arg: Any, log_dir: str, tee: bool) -> None:
     """Body of the agent process: torch elastic's agent starts the ranks; the outcome goes back over ``conn``."""
-    os.environ[CPU_INFO_FILE_ENV] = os.path.join(scratch, "cpu-info.json")  # the ranks' environment is the agent's
     # A session of its own, as torchrun's ranks have: Linux's autogroup scheduler then no longer counts the ranks
     # with the launcher's session (in it, HF Trainer's samples/s on 2 CPUs was 0.90x to 0.96x torchrun's). Its
     # process group is the agent's pid: the ranks join it, and one killpg ends everything the job started.

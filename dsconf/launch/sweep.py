@@ -45,6 +45,7 @@ from typing import Any, Callable, Optional
 
 from dsconf.launch._worker import die_with_parent, dumps, kill_group
 from dsconf.launch.hydra_support import DSCONF_TASK_ATTR, task_cfg
+from dsconf.launch.rank_setup import shared_cpu_info_file
 from dsconf.launch.report import JobRecord, format_table, job_metrics, write_summary
 from dsconf.launch.sweep_check import ComposedJobs
 
@@ -142,7 +143,7 @@ class SweepRunner:
         pending, running = deque(jobs), []
         devices = DevicePool.detect() if self.options.max_parallel_jobs > 1 else DevicePool([])
         stopping = False
-        with self._catch_signals():
+        with self._catch_signals(), shared_cpu_info_file():  # one answer for every rank of the sweep
             while pending or running:
                 if not stopping and (self._signal is not None or (self.options.fail_fast and _any_failed(jobs))):
                     stopping = True
