@@ -27,8 +27,8 @@ one per sweep, removed when it ends); the other ranks, and later questions, read
 
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
-tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is
-applied when the module it wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
+tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is applied when the module it
+wraps is first imported (``after_import``), so a rank that never builds an op pays nothing.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ import tempfile
 import threading
 import time
 import warnings
+from typing import Any, Callable, Dict, Iterator, Optional
 
 try:
     import fcntl
-except ImportError:  # pragma: no cover - not POSIX: each rank asks for itself
+except ImportError:  # pragma: no cover - not POSIX: each rank asks py-cpuinfo for itself
     fcntl = None  # type: ignore[assignment]
-from typing import Any, Callable, Dict, Iterator, Optional
 
 WAIT_NOTICE_S = 5.0  # a rank waiting on another build's lock says so after this long
 WAIT_REPEAT_S = 60.0  # and again every this long
@@ -63,9 +63,7 @@ TORCH_PRIVATE = ("torch.utils.cpp_extension._run_ninja_build(build_directory, ve
 BUILT_LINE = re.compile(r"^DeepSpeed \S+ built successfully$")
 DEPRECATED_COLLECTIVE = re.compile(r"`torch\.distributed\.\w+` is deprecated")
 SCHEDULER_NOT_STARTED = "Attempting to get learning rate from scheduler before it has started"
-
-
-CPU_INFO_FILE_ENV = "DSCONF_CPU_INFO_FILE"  # set by the launcher: where a job's ranks share py-cpuinfo's answer
+CPU_INFO_FILE_ENV = "DSCONF_CPU_INFO_FILE"  # set by the launcher: where its ranks share py-cpuinfo's answer
 
 
 def prepare_rank() -> None:
@@ -151,38 +149,31 @@ def wait_notice(lock: str, waited: float) -> str:
 
 
 def _wrap_cpp_extension(module: Any) -> None:
-    original = getattr(module, "_run_ninja_build", None)
-    if original is None or getattr(original, "_dsconf", False):
-        return
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run_ninja_build(build_directory: str, *args: Any, **kwargs: Any) -> Any:
+            if will_build(build_directory):
+                print(build_notice(build_directory), flush=True)
+            return original(build_directory, *args, **kwargs)
 
-    @functools.wraps(original)
-    def run_ninja_build(build_directory: str, *args: Any, **kwargs: Any) -> Any:
-        if will_build(build_directory):
-            print(build_notice(build_directory), flush=True)
-        return original(build_directory, *args, **kwargs)
+        return run_ninja_build
 
-    run_ninja_build._dsconf = True  # type: ignore[attr-defined]
-    module._run_ninja_build = run_ninja_build
+    replace_once(module, "_run_ninja_build", wrap)
 
 
 def _wrap_file_baton(module: Any) -> None:
-    baton = getattr(module, "FileBaton", None)
-    original = getattr(baton, "wait", None)
-    if original is None or getattr(original, "_dsconf", False):
-        return
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wait(self: Any) -> Any:
+            done = threading.Event()
+            teller = threading.Thread(target=_tell_while_waiting, args=(self.lock_file_path, done), daemon=True)
+            teller.start()
+            try:
+                return original(self)
+            finally:
+                done.set()
 
-    @functools.wraps(original)
-    def wait(self: Any) -> Any:
-        done = threading.Event()
-        teller = threading.Thread(target=_tell_while_waiting, args=(self.lock_file_path, done), daemon=True)
-        teller.start()
-        try:
-            return original(self)
-        finally:
-            done.set()
+        return wait
 
-    wait._dsconf = True  # type: ignore[attr-defined]
-    baton.wait = wait
+    replace_once(getattr(module, "FileBaton", None), "wait", wrap)
 
 
 def _tell_while_waiting(lock: str, done: threading.Event) -> None:
@@ -195,26 +186,18 @@ def _tell_while_waiting(lock: str, done: threading.Event) -> None:
 
 # ------------------------------------------------------------------------------------------------ CPU facts
 def share_cpu_info() -> None:
-    """py-cpuinfo's answer asked once per job, where the launcher names a file for it."""
+    """py-cpuinfo's answer asked once per job or sweep, where the launcher names a file for it."""
     path = os.environ.get(CPU_INFO_FILE_ENV)
     if path and fcntl is not None:
         after_import("cpuinfo", functools.partial(_share_cpu_info, path=path))
 
 
 def _share_cpu_info(module: Any, path: str) -> None:
-    original = getattr(module, "get_cpu_info", None)
-    if original is None or getattr(original, "_dsconf", False):
-        return
-    known: list = []
+    def wrap(original: Callable[[], Any]) -> Callable[[], Any]:
+        answer = functools.cache(lambda: shared_answer(path, original))
+        return lambda: copy.deepcopy(answer())  # a caller may change the dict it gets
 
-    @functools.wraps(original)
-    def get_cpu_info() -> Any:
-        if not known:
-            known.append(shared_answer(path, original))
-        return copy.deepcopy(known[0])
-
-    get_cpu_info._dsconf = True  # type: ignore[attr-defined]
-    module.get_cpu_info = get_cpu_info
+    replace_once(module, "get_cpu_info", wrap)
 
 
 @contextlib.contextmanager
@@ -222,7 +205,7 @@ def shared_cpu_info_file() -> Iterator[str]:
     """In the launcher: where the ranks of the jobs started inside share py-cpuinfo's answer (``CPU_INFO_FILE_ENV``, in
     the environment they inherit). An enclosing sweep's file is kept; otherwise a new directory, removed on exit."""
     enclosing = os.environ.get(CPU_INFO_FILE_ENV)
-    if enclosing:
+    if enclosing and os.path.isdir(os.path.dirname(enclosing)):  # not a stale value from a job that has ended
         yield enclosing
         return
     scratch = tempfile.mkdtemp(prefix="dsconf-")
@@ -237,21 +220,18 @@ def shared_cpu_info_file() -> Iterator[str]:
 def shared_answer(path: str, ask: Callable[[], Any]) -> Any:
     """The JSON answer kept at ``path``, or ``ask()``'s, kept there for the next process: one process asks at a time."""
     try:
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    return json.load(fh)
-            except (OSError, ValueError):
-                pass
-            answer = ask()
-            partial = f"{path}.{os.getpid()}"
-            with open(partial, "w", encoding="utf-8") as fh:
-                json.dump(answer, fh)
-            os.replace(partial, path)
-            return answer
+        lock = open(path + ".lock", "a")
     except OSError:  # the launcher's directory is gone: ask as DeepSpeed would
         return ask()
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+        answer = ask()
+        with open(path + ".partial", "w", encoding="utf-8") as fh:  # only the lock's holder writes it
+            json.dump(answer, fh)
+        os.replace(path + ".partial", path)
+        return answer
 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed's noise
@@ -259,25 +239,21 @@ def quiet_deepspeed() -> None:
     after_import("deepspeed.comm.torch", functools.partial(_without_built_line, function="build_shm_op"))
     after_import("deepspeed.comm.ccl", functools.partial(_without_built_line, function="build_ccl_op"))
     after_import("deepspeed.utils.logging", _without_scheduler_warning)
-    if not getattr(warnings.showwarning, "_dsconf", False):
-        warnings.showwarning = _unless_deepspeed_called(warnings.showwarning)
+    replace_once(warnings, "showwarning", _unless_deepspeed_called)
 
 
 def _without_built_line(module: Any, function: str) -> None:
-    original = getattr(module, function, None)
-    if original is None or getattr(original, "_dsconf", False):
-        return
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def build(*args: Any, **kwargs: Any) -> Any:
+            with contextlib.redirect_stdout(LineFilter(sys.stdout, BUILT_LINE)) as out:
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    out.close()
 
-    @functools.wraps(original)
-    def build(*args: Any, **kwargs: Any) -> Any:
-        with contextlib.redirect_stdout(LineFilter(sys.stdout, BUILT_LINE)) as out:
-            try:
-                return original(*args, **kwargs)
-            finally:
-                out.close()
+        return build
 
-    build._dsconf = True  # type: ignore[attr-defined]
-    setattr(module, function, build)
+    replace_once(module, function, wrap)
 
 
 def _without_scheduler_warning(module: Any) -> None:
@@ -320,7 +296,6 @@ class LineFilter(io.TextIOBase):
 def _unless_deepspeed_called(showwarning: Callable[..., Any]) -> Callable[..., Any]:
     deepspeed_dir = os.sep + "deepspeed" + os.sep
 
-    @functools.wraps(showwarning)
     def show(message: Any, category: type, *args: Any, **kwargs: Any) -> Any:
         if issubclass(category, FutureWarning) and DEPRECATED_COLLECTIVE.search(str(message)):
             frame = sys._getframe(1)
@@ -330,11 +305,21 @@ def _unless_deepspeed_called(showwarning: Callable[..., Any]) -> Callable[..., A
                 frame = frame.f_back
         return showwarning(message, category, *args, **kwargs)
 
-    show._dsconf = True  # type: ignore[attr-defined]
     return show
 
 
 # ------------------------------------------------------------------------------------------------ after import
+def replace_once(owner: Any, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """``owner.name = wrap(owner.name)``, marked as dsconf's: nothing when it is missing or dsconf's already (a rank set
+    up twice, a module imported again)."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_dsconf", False):
+        return
+    replacement = functools.wraps(original)(wrap(original))
+    replacement._dsconf = True  # type: ignore[attr-defined]
+    setattr(owner, name, replacement)
+
+
 def after_import(name: str, callback: Callable[[Any], None]) -> None:
     """Call ``callback(module)`` once module ``name`` is imported: now if it is, else right after its import."""
     if name in sys.modules:
