@@ -51,8 +51,11 @@ def train(cfg):
                  job_num=HydraConfig.get().job.get("num"), which=test.get("which"))
     out = test.get("out") or HydraConfig.get().runtime.output_dir
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, f"rank{rank}-{test.get('which', 'x')}.json"), "w") as fh:
+    # written whole, then renamed: tests poll for these files while ranks are still running
+    path = os.path.join(out, f"rank{rank}-{test.get('which', 'x')}.json")
+    with open(path + ".part", "w") as fh:
         json.dump(facts, fh)
+    os.replace(path + ".part", path)
     if test.get("fail_rank") == rank and test.get("fail_which", test.get("which")) == test.get("which"):
         raise ValueError(f"boom from rank {rank}")
     if test.get("sleep") and test.get("sleep_which", test.get("which")) == test.get("which"):
@@ -140,8 +143,10 @@ def main(cfg):
                                             "MASTER_PORT", "TORCHELASTIC_RUN_ID")}}
     out = os.environ["DSCONF_PROBE_OUT"]
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "rank" + facts["RANK"] + ".json"), "w") as fh:
+    path = os.path.join(out, "rank" + facts["RANK"] + ".json")
+    with open(path + ".part", "w") as fh:  # whole, then renamed: tests poll for it
         json.dump(facts, fh)
+    os.replace(path + ".part", path)
     return example.main.__dsconf_task__(cfg)
 
 
