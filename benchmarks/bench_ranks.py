@@ -1,7 +1,8 @@
-"""What DeepSpeed ranks cost to start through dsconf: the example's 2-rank job and a 4-job sweep of it, this tree
-against an earlier commit, as wall time and CPU time (the command and everything it started).
+"""What DeepSpeed ranks cost to start through dsconf: the example's 2-rank job, a 4-job sweep of it and a 4-trial
+tuning study of it (each trial a batch of its own), this tree against an earlier commit, as wall time and CPU time (the
+command and everything it started).
 
-    python benchmarks/bench_ranks.py --baseline REV [--rounds 5]
+    python benchmarks/bench_ranks.py --baseline REV [--rounds 5] [--case NAME ...]
 
 Unlike bench_launch.py (a task that only joins a process group), these ranks do what every DeepSpeed rank does:
 ``deepspeed.initialize`` (its CPU communication op and its Adam, each an op load) and 30 training steps. Each round
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -25,12 +27,15 @@ from paired import REPO, baseline_tree, interleaved, spread, tree_env
 CASES = {
     "2-rank job": ["dist.nproc_per_node=2"],
     "4-job sweep of 2-rank jobs": ["-m", "zero=stage0,stage1", "precision=fp32,bf16", "dist.nproc_per_node=2"],
+    "4-trial tuning study": ["-m", "hydra/sweeper=dsconf_tune", "dist.nproc_per_node=2", "hydra.sweeper.steps=5",
+                             "hydra.sweeper.n_trials=4", "hydra.sweeper.top_k=0"],
 }
 
 
 def timed(repo: Path, args: List[str], out: Path) -> Tuple[float, float]:
     """(wall seconds, CPU seconds of the command and its children) of ``python examples/train.py ARGS``."""
     where = f"hydra.sweep.dir={out}" if "-m" in args else f"hydra.run.dir={out}"
+    shutil.rmtree(out, ignore_errors=True)  # a tuning study in a dir it ran in before would continue, not run
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(repo / "examples" / "train.py"), *args, where], env=tree_env(repo),
@@ -46,10 +51,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", required=True, help="the git revision to compare this tree against")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--case", nargs="*", choices=sorted(CASES), default=list(CASES), help="the cases to run")
     args = parser.parse_args()
     with baseline_tree(args.baseline, "dsconf-bench-ranks-") as (work, base):
         print(f"DeepSpeed ranks: this tree / {args.baseline}, {args.rounds} interleaved rounds, {os.cpu_count()} CPUs")
-        for name, case in CASES.items():
+        for name in args.case:
+            case = CASES[name]
             cpu: Dict[Path, List[float]] = {base: [], REPO: []}
 
             def wall_of(repo: Path, case: List[str] = case, cpu: Dict[Path, List[float]] = cpu) -> float:

@@ -22,8 +22,8 @@ warning for the user's code is kept).
 
 DeepSpeed's op builders ask py-cpuinfo for the CPU's architecture and SIMD width on every op load, and py-cpuinfo
 answers each question by starting a Python interpreter (1.1 s of CPU each: two per op, per rank). ``share_cpu_info``
-has the first rank that asks keep the answer in a file the launcher names (``shared_cpu_info_file``: one per job, or
-one per sweep, removed when it ends); the other ranks, and later questions, read it.
+has the first rank that asks keep the answer in a file the launcher names (``SharedCpuInfo``: one per job, or one per
+sweep, for all its batches and trials, removed when it ends); the other ranks, and later questions, read it.
 
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
@@ -49,6 +49,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterator, Optional
 
 try:
@@ -200,21 +201,44 @@ def _share_cpu_info(module: Any, path: str) -> None:
     replace_once(module, "get_cpu_info", wrap)
 
 
+class SharedCpuInfo:
+    """In the launcher: the file where the ranks of the jobs it starts share py-cpuinfo's answer. Its directory lives as
+    long as this object (a sweep's lives as long as the sweep: every batch, every trial of a tuning study) and is
+    removed by ``close``, when the object is collected, or at exit; never by a process forked from its owner."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="dsconf-")
+        self.path = os.path.join(self.dir, "cpu-info.json")
+        self.close = weakref.finalize(self, _remove_in_owner, self.dir, os.getpid())
+
+    @contextlib.contextmanager
+    def named(self) -> Iterator[str]:
+        """``CPU_INFO_FILE_ENV`` names the file while the block runs: the processes it starts inherit it."""
+        os.environ[CPU_INFO_FILE_ENV] = self.path
+        try:
+            yield self.path
+        finally:
+            os.environ.pop(CPU_INFO_FILE_ENV, None)
+
+
+def _remove_in_owner(path: str, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def shared_cpu_info_file() -> Iterator[str]:
-    """In the launcher: where the ranks of the jobs started inside share py-cpuinfo's answer (``CPU_INFO_FILE_ENV``, in
-    the environment they inherit). An enclosing sweep's file is kept; otherwise a new directory, removed on exit."""
+    """In the launcher of one job: an enclosing sweep's file (``CPU_INFO_FILE_ENV``), else a new one removed on exit."""
     enclosing = os.environ.get(CPU_INFO_FILE_ENV)
     if enclosing and os.path.isdir(os.path.dirname(enclosing)):  # not a stale value from a job that has ended
         yield enclosing
         return
-    scratch = tempfile.mkdtemp(prefix="dsconf-")
-    path = os.environ[CPU_INFO_FILE_ENV] = os.path.join(scratch, "cpu-info.json")
+    shared = SharedCpuInfo()
     try:
-        yield path
+        with shared.named() as path:
+            yield path
     finally:
-        os.environ.pop(CPU_INFO_FILE_ENV, None)
-        shutil.rmtree(scratch, ignore_errors=True)
+        shared.close()
 
 
 def shared_answer(path: str, ask: Callable[[], Any]) -> Any:

@@ -45,7 +45,7 @@ from typing import Any, Callable, Optional
 
 from dsconf.launch._worker import die_with_parent, dumps, kill_group
 from dsconf.launch.hydra_support import DSCONF_TASK_ATTR, task_cfg
-from dsconf.launch.rank_setup import shared_cpu_info_file
+from dsconf.launch.rank_setup import SharedCpuInfo
 from dsconf.launch.report import JobRecord, format_table, job_metrics, write_summary
 from dsconf.launch.sweep_check import ComposedJobs
 
@@ -96,6 +96,7 @@ class SweepRunner:
         self.records: list[JobRecord] = []
         self._signal: Optional[int] = None
         self.composed_jobs = ComposedJobs()  # jobs the command line's sweep check composed already
+        self.cpu_info: Optional[SharedCpuInfo] = None  # one answer for every rank of the sweep, every batch
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Any]:
         from hydra.core.utils import configure_log, filter_overrides, setup_globals
@@ -143,7 +144,9 @@ class SweepRunner:
         pending, running = deque(jobs), []
         devices = DevicePool.detect() if self.options.max_parallel_jobs > 1 else DevicePool([])
         stopping = False
-        with self._catch_signals(), shared_cpu_info_file():  # one answer for every rank of the sweep
+        if self.cpu_info is None:
+            self.cpu_info = SharedCpuInfo()
+        with self._catch_signals(), self.cpu_info.named():
             while pending or running:
                 if not stopping and (self._signal is not None or (self.options.fail_fast and _any_failed(jobs))):
                     stopping = True

@@ -280,19 +280,22 @@ print(json.dumps({"cpu_arch": FusedAdamBuilder().cpu_arch(), "simd_width": Fused
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
 def test_ranks_ask_py_cpuinfo_once_for_what_deepspeeds_op_builders_ask(tmp_path: Path, sweep: bool) -> None:
     """py-cpuinfo answers each question by starting a Python interpreter, and DeepSpeed asks twice per op load on every
-    rank: in a job, or in a sweep of two jobs, one rank asks once, and every rank gets the answer a fresh process
-    gets."""
+    rank: in a job, or in a sweep of three jobs in two batches (a tuning study launches each trial as a batch of its
+    own), one rank asks once, and every rank gets the answer a fresh process gets."""
     (tmp_path / "app.py").write_text(SHARING_APP)
     env = {**os.environ, "DS_ACCELERATOR": "cpu"}
     args = ["dist.nproc_per_node=2", "deepspeed.train_micro_batch_size_per_gpu=1"]
-    out = ["-m", "+n=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep else [f"hydra.run.dir={tmp_path / 'run'}"]
+    out = (["-m", "+n=1,2,3", "hydra.sweeper.max_batch_size=2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if sweep
+           else [f"hydra.run.dir={tmp_path / 'run'}"])
     proc = subprocess.run([sys.executable, "app.py", *out, *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     fresh = subprocess.run([sys.executable, "-c", FRESH_ANSWER], capture_output=True, text=True, env=env, check=True)
     expected = json.loads(fresh.stdout.splitlines()[-1])
     facts = [json.loads(path.read_text()) for path in tmp_path.glob("facts-*.json")]
-    assert len(facts) == (4 if sweep else 2)
+    assert len(facts) == (6 if sweep else 2)
+    if sweep:
+        assert proc.stdout.count("Launching ") == 2, proc.stdout  # two batches (Hydra's launch calls)
     asked = [c for f in facts for c in f["started"] if "cpuinfo" in c]
     assert len(asked) == 1, asked
     for fact in facts:
