@@ -26,7 +26,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from dsconf.launch.rank_setup import prepare_rank  # the standard library only, imported before ranks fork
+# the standard library only, imported before ranks fork
+from dsconf.launch.rank_setup import end_process_group_at_exit, prepare_rank
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
@@ -101,6 +102,7 @@ def run_rank(payload: RankPayload | str) -> bytes:
 
     try:
         result = trial_meter.run(payload.task_fn, payload.cfg, payload.job_dir)  # a tuning trial: measured
+        end_process_group_at_exit()
     except BaseException:
         traceback.print_exc()  # into this rank's stderr log; torch records it in rank{N}.error.json too
         raise

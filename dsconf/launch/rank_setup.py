@@ -25,6 +25,11 @@ answers each question by starting a Python interpreter (1.1 s of CPU each: two p
 has the first rank that asks keep the answer in a file the launcher names (``SharedCpuInfo``: one per job, or one per
 sweep, for all its batches and trials, removed when it ends); the other ranks, and later questions, read it.
 
+A rank whose task returned with torch's default process group still up destroys it when the interpreter exits
+(``end_process_group_at_exit``): left to interpreter finalization, gloo's worker threads now and then make the process
+abort ("terminate called without an active exception", SIGABRT) after a run that succeeded, and the launcher (mpiexec,
+srun, torchrun) then reports the rank failed. Never after an exception: a peer may still be in a collective.
+
 torch's build functions are private: the two this module wraps (``cpp_extension._run_ninja_build`` and
 ``file_baton.FileBaton.wait``) are named in ``TORCH_PRIVATE`` and checked against the installed torch by
 tests/launch/test_rank_setup.py. Nothing here imports torch or DeepSpeed: each wrapper is applied when the module it
@@ -33,6 +38,7 @@ wraps is first imported (``after_import``), so a rank that never builds an op pa
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import functools
@@ -256,6 +262,22 @@ def shared_answer(path: str, ask: Callable[[], Any]) -> Any:
             json.dump(answer, fh)
         os.replace(path + ".partial", path)
         return answer
+
+
+# ------------------------------------------------------------------------------------------------ at exit
+def end_process_group_at_exit() -> None:
+    """Call once the task has returned: at interpreter exit, destroy the default process group if it is still up
+    (a forked rank ends without running exit handlers, and needs none)."""
+    atexit.register(_destroy_default_process_group)
+
+
+def _destroy_default_process_group() -> None:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    with contextlib.suppress(Exception):  # the exit handler of a rank whose work is done: never a new failure
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 # ------------------------------------------------------------------------------------------ DeepSpeed's noise

@@ -302,3 +302,57 @@ def test_ranks_ask_py_cpuinfo_once_for_what_deepspeeds_op_builders_ask(tmp_path:
         assert (fact["cpu_arch"], fact["simd_width"]) == (expected["cpu_arch"], expected["simd_width"])
     shared = {fact["file"] for fact in facts}
     assert len(shared) == 1 and not Path(shared.pop()).parent.exists()  # the launcher's directory, gone with it
+
+
+AT_EXIT_APP = """
+import atexit, json, os
+import dsconf
+
+
+def report():  # registered before dsconf's exit handler, so it runs after it (the last registered runs first)
+    import torch.distributed as dist
+    with open(os.path.join(os.environ["AT_EXIT_OUT"], "rank" + os.environ["RANK"] + ".json"), "w") as fh:
+        json.dump({"initialized": dist.is_initialized()}, fh)
+
+
+atexit.register(report)
+
+
+@dsconf.main(config_path=None, config_name="dsconf", version_base=None)
+def main(cfg):
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    if cfg.get("fail"):
+        raise ValueError("the task failed")
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how,fail", [("torchrun", False), ("torchrun", True), ("spawn", False)],
+                         ids=["in-place", "in-place-failed", "spawned"])
+def test_a_rank_destroys_the_process_group_its_task_left_at_exit_only_after_a_return(tmp_path: Path, how: str,
+                                                                                    fail: bool) -> None:
+    """gloo's threads left to interpreter finalization now and then abort a rank whose run succeeded (SIGABRT):
+    a rank run in place (torchrun, mpiexec, srun) or spawned destroys the group its task left, at exit; a rank whose
+    task raised leaves it (a peer may still be in a collective)."""
+    (tmp_path / "app.py").write_text(AT_EXIT_APP)
+    out = tmp_path / "out"
+    out.mkdir()
+    args = ["deepspeed.train_micro_batch_size_per_gpu=1", f"hydra.run.dir={tmp_path / 'run'}"]
+    if fail:
+        args.append("+fail=true")
+    command = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "app.py", *args]
+               if how == "torchrun" else [sys.executable, "app.py", "dist.nproc_per_node=2", "dist.start_method=spawn",
+                                          *args])
+    proc = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "AT_EXIT_OUT": str(out)})
+    assert (proc.returncode != 0) == fail, proc.stderr[-3000:]
+    reports = {path.name: json.loads(path.read_text()) for path in out.glob("rank*.json")}
+    assert reports == {f"rank{r}.json": {"initialized": fail} for r in range(2)}, proc.stderr[-3000:]
