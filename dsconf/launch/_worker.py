@@ -98,11 +98,8 @@ def run_rank(payload: RankPayload | str) -> bytes:
     context.set_job_state(deepspeed=deepspeed, job_dir=payload.job_dir, ds_config_path=payload.ds_config_path)
     if payload.init_timeout and payload.job_dir:
         guard_process_group_init(payload.init_timeout, os.path.join(payload.job_dir, "logs"))
-    from dsconf.launch import trial_meter
-
     try:
-        result = trial_meter.run(payload.task_fn, payload.cfg, payload.job_dir)  # a tuning trial: measured
-        end_process_group_at_exit()
+        result = run_task(payload.task_fn, payload.cfg, payload.job_dir)
     except BaseException:
         traceback.print_exc()  # into this rank's stderr log; torch records it in rank{N}.error.json too
         raise
@@ -110,6 +107,16 @@ def run_rank(payload: RankPayload | str) -> bytes:
         sys.stdout.flush()
         sys.stderr.flush()
     return dumps(result)
+
+
+def run_task(task_fn: Callable[[Any], Any], cfg: Any, job_dir: Optional[str]) -> Any:
+    """The task on this rank (launched, or run in place), measured if it is a tuning trial; once it has returned, the
+    process group it left up is destroyed at exit."""
+    from dsconf.launch import trial_meter
+
+    result = trial_meter.run(task_fn, cfg, job_dir)
+    end_process_group_at_exit()
+    return result
 
 
 def _deepspeed_for_this_world(payload: RankPayload) -> dict[str, Any]:

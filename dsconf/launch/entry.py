@@ -142,14 +142,11 @@ def run_in_place(task_fn: Callable[[Any], Any], cfg: Any, found: Any) -> Any:
     deepspeed, _ = export_deepspeed(cfg, world_size, write_dir)
     ds_path = os.path.join(job_dir, context.DS_CONFIG_FILE) if deepspeed is not None else None
     context.set_job_state(deepspeed=deepspeed, job_dir=job_dir, ds_config_path=ds_path)
-    from dsconf.launch import trial_meter
-    from dsconf.launch.rank_setup import end_process_group_at_exit, prepare_rank
+    from dsconf.launch._worker import run_task
+    from dsconf.launch.rank_setup import prepare_rank
 
     prepare_rank()
-
-    result = trial_meter.run(task_fn, cfg, job_dir)  # a tuning trial: measured and stopped after its steps
-    end_process_group_at_exit()
-    return result
+    return run_task(task_fn, cfg, job_dir)
 
 
 def launch_here(task_fn: Callable[[Any], Any], cfg: Any, found: Any = None) -> Any:
