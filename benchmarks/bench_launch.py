@@ -153,7 +153,7 @@ def paired(rounds: int, baseline: str) -> None:
         print(f"launch regression: this tree / {baseline}, {rounds} interleaved rounds, {os.cpu_count()} CPUs")
         for name, values in ratios.items():
             print(f"{name:<40} {spread(values[-rounds:])}")
-        print("goal: each median <= 1.05x")
+        print("goal: each median <= 1.03x (the launch layer may not slow a job down)")
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ def shares_a_fixture(module: Path) -> bool:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``-n 2`` (pytest-xdist, optional): tests are handed to the two workers one by one, as xdist's ``load`` does,
+    """``-n 3`` (pytest-xdist, optional): tests are handed to the workers one by one, as xdist's ``load`` does,
     except that the tests of a module that shares a fixture go to one worker together. (xdist's own ``loadgroup``
     cannot do it on this pytest: its group marks are lost, pytest-dev/pytest-xdist#1386.) Scopes of several tests
     are handed out first, the largest first, then single tests in collection order."""

@@ -10,9 +10,10 @@ import re
 import textwrap
 
 import pytest
+from optional_packages import requires
 from test_train import EXAMPLES, ok, output, read_json, run_example
 
-pytest.importorskip("accelerate", reason="the hf extra is not installed")
+pytestmark = requires("accelerate", "the hf extra is not installed")
 
 CHECK_APP = """
 import json, os, sys

@@ -13,9 +13,10 @@ import textwrap
 
 import pytest
 import torch
+from optional_packages import requires
 from test_train import EXAMPLES, ok, output, read_json, run_example
 
-pytest.importorskip("lightning", reason="lightning is not installed")
+pytestmark = requires("lightning", "lightning is not installed")
 LIGHTNING_REFUSES_CPU = "The DeepSpeed strategy is only supported on CUDA GPUs"
 
 CHECK_APP = """

@@ -8,9 +8,10 @@ import json
 import textwrap
 
 import pytest
+from optional_packages import requires
 from test_train import TRAIN, ok, output, read_json, run_example
 
-optuna = pytest.importorskip("optuna", reason="hydra-optuna-sweeper is not installed")
+pytestmark = requires("optuna", "hydra-optuna-sweeper is not installed")
 
 STUDY = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
          "hydra.launcher.max_parallel_jobs=2", "hydra.sweeper.sampler.seed=0"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from optional_packages import requires
 
 from dsconf.composition import compose
 from dsconf.integrations.accelerate import deepspeed_plugin, mixed_precision
 
-pytest.importorskip("accelerate", reason="the hf extra is not installed")
+pytestmark = requires("accelerate", "the hf extra is not installed")
 
 
 @pytest.mark.parametrize("precision, expected", [("fp32", "no"), ("bf16", "bf16"), ("fp16", "fp16")])

@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 from omegaconf import OmegaConf
+from optional_packages import requires
 
 from dsconf import hf_auto as hf
 from dsconf.composition import compose_config
@@ -23,10 +24,7 @@ from dsconf.errors import ConfigError
 from dsconf.export import to_deepspeed
 from dsconf.schema.hf_sources import HF_SOURCES
 
-transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
-from accelerate.utils import DeepSpeedPlugin  # noqa: E402
-from transformers import TrainingArguments  # noqa: E402
-from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig  # noqa: E402
+pytestmark = requires("transformers", "the hf extra is not installed")
 
 HIDDEN = 48
 AUTO_TEMPLATE = [  # HF's documented ZeRO template: every key HF fills is "auto"
@@ -78,6 +76,10 @@ class AtWorldSize:
 
 def hf_fills(with_auto: Dict[str, Any], values: Dict[str, Any], world_size: int, hidden: int = HIDDEN) -> Dict:
     """What HF's own code makes of ``with_auto`` (ValueError on a mismatch)."""
+    from accelerate.utils import DeepSpeedPlugin
+    from transformers import TrainingArguments
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
     args = AtWorldSize(TrainingArguments(**{"output_dir": "out", "use_cpu": True, "report_to": [], **values}),
                        world_size)
     config = HfTrainerDeepSpeedConfig(copy.deepcopy(with_auto))

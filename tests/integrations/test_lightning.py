@@ -5,17 +5,18 @@ devices and nodes."""
 from __future__ import annotations
 
 import pytest
+from optional_packages import requires
 
 from dsconf.composition import compose
+from dsconf.integrations.lightning import trainer_kwargs
 
-pytest.importorskip("lightning", reason="lightning is not installed")
-from lightning.pytorch.strategies import DeepSpeedStrategy  # noqa: E402
-
-from dsconf.integrations.lightning import trainer_kwargs  # noqa: E402
+pytestmark = requires("lightning", "lightning is not installed")
 
 
 @pytest.mark.parametrize("precision, expected", [("fp32", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")])
 def test_trainer_kwargs_move_what_lightning_owns(precision, expected, monkeypatch):
+    from lightning.pytorch.strategies import DeepSpeedStrategy
+
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     ds = compose([f"precision={precision}", "deepspeed.train_micro_batch_size_per_gpu=2",
