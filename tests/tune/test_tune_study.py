@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 import pytest
 from browser import chromium, open_page
 from launch_helpers import REPO, alive, descendants, wait_for
+from optional_packages import requires
 
 EXAMPLES = REPO / "examples"
 GLOBAL_BATCH = 8
@@ -323,10 +324,10 @@ def test_the_step_time_is_the_slowest_ranks(script: Path, tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@requires("transformers", "the hf extra is not installed")
 def test_an_hf_trainer_script_is_tuned_through_its_training_args(tmp_path: Path) -> None:
     """HF's Trainer loads its data by ``training_args.per_device_train_batch_size``: the tuner sets that (and the
     accumulation), dsconf fills DeepSpeed's "auto" batch keys from it, and the global batch stays the Trainer's."""
-    pytest.importorskip("transformers", reason="the hf extra is not installed")
     sweep_dir = tmp_path / "sweep"
     proc = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), "-m", "hydra/sweeper=dsconf_tune",
                 "hydra.sweeper.steps=2", "hydra.sweeper.warmup_steps=1", "hydra.sweeper.top_k=0",
