@@ -1,6 +1,8 @@
 """Every precision x zero x optimizer x scheduler combination, exported for world sizes 1, 2 and 8 and fed to
-DeepSpeed's own parser: DeepSpeed accepts every config dsconf accepts, computes the same batch triple, and
-parses every exported key to the exported value. The same for DeepSpeed 0.19.5 when its environment exists.
+DeepSpeed's own parser: DeepSpeed accepts every config dsconf accepts, computes the same batch triple, and parses
+every exported key to the exported value. The same for DeepSpeed 0.19.5 when its environment exists. Each group
+option is composed by Hydra; a combination is built from its options' compositions, and every pair of options of
+every two groups is composed together by Hydra to show that this is the config a run composes (``Parts``).
 
 That proves names, not defaults (dsconf writes its defaults out and DeepSpeed reads them back). So each export
 is also compared with DeepSpeed's parse of a *minimal* config holding only what the user chose (the group
@@ -23,7 +25,7 @@ from deepspeed_oracle import ds0195_python, parse_with_other_deepspeed
 import dsconf
 from dsconf.groups import OPTIMIZER_OPTIONS, PRECISION, SCHEDULER_OPTIONS, ZERO, group_options
 
-pytestmark = pytest.mark.slow  # the grid: 2,400 compositions, each exported 6 times and parsed by DeepSpeed
+pytestmark = pytest.mark.slow  # the grid: 2,400 combinations, each exported 6 times and parsed by DeepSpeed
 
 WORLD_SIZES = (1, 2, 8)
 TARGETS = ("0.19.8", "0.19.5")
@@ -70,20 +72,80 @@ def _state_differences(exported: Dict[str, Any], minimal: Dict[str, Any]) -> Lis
 
 
 def combinations() -> List[Tuple[str, str, str, str]]:
+    return list(itertools.product(*_options()))
+
+
+BATCH = ["deepspeed.train_micro_batch_size_per_gpu=4", "deepspeed.gradient_accumulation_steps=2"]
+GROUPS = ("precision", "zero", "optimizer", "scheduler")
+
+
+def overrides_of(combo: Tuple[str, str, str, str]) -> List[str]:
+    return [*(f"{group}={option}" for group, option in zip(GROUPS, combo)), *BATCH, *REQUIRED.get(combo[3], [])]
+
+
+def option_overrides(group: str, option: str) -> List[str]:
+    return [f"{group}={option}", *BATCH, *(REQUIRED.get(option, []) if group == "scheduler" else [])]
+
+
+def _deepspeed_keys(cfg: Any) -> Dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    return {key: OmegaConf.to_container(cfg.deepspeed[key]) if OmegaConf.is_config(cfg.deepspeed[key])
+            else cfg.deepspeed[key] for key in cfg.deepspeed}
+
+
+class Parts:
+    """Each group option composed by Hydra on its own, and which ``deepspeed`` keys each group sets.
+
+    Hydra's composition is a fixed 40 ms however small the config, and the grid is 2,400 combinations: so each
+    option is composed once, and a combination is the default composition with each group's keys taken from its
+    option's own composition. That is Hydra's merge exactly when the groups set disjoint keys and an option changes
+    nothing outside its group's keys: both are asserted here, and ``test_the_grid_is_what_hydra_composes`` composes
+    every pair of options of every two groups through Hydra and finds the same config and the same export.
+    """
+
+    def __init__(self) -> None:
+        from dsconf.composition import compose_config
+
+        self.base = compose_config(BATCH)
+        base_keys = _deepspeed_keys(self.base)
+        self.composed = {(g, o): compose_config(option_overrides(g, o)) for g, options in zip(GROUPS, _options())
+                         for o in options}
+        self.keys: Dict[str, List[str]] = {}
+        for group in GROUPS:
+            changed = set()
+            for (g, _), cfg in self.composed.items():
+                if g == group:
+                    assert set(cfg) == set(self.base) and all(cfg[k] == self.base[k] for k in cfg if k != "deepspeed")
+                    ours = _deepspeed_keys(cfg)
+                    changed |= {k for k in ours if ours[k] != base_keys[k]}
+            self.keys[group] = sorted(changed)
+        owned = [k for group in GROUPS for k in self.keys[group]]
+        assert owned and len(owned) == len(set(owned)), f"groups set the same deepspeed keys: {self.keys}"
+
+    def combination(self, combo: Tuple[str, str, str, str]) -> Any:
+        import copy as copy_module
+
+        cfg = copy_module.deepcopy(self.base)
+        for group, option in zip(GROUPS, combo):
+            part = self.composed[(group, option)].deepspeed
+            for key in self.keys[group]:
+                cfg.deepspeed[key] = part[key]
+        return cfg
+
+
+def _options() -> List[List[str]]:
     groups = group_options()
     optimizers = [o for o in groups["optimizer"] if o != "torch"]  # 'torch' needs a type: tested elsewhere
-    return list(itertools.product(groups["precision"], groups["zero"], optimizers, groups["scheduler"]))
+    return [groups["precision"], groups["zero"], optimizers, groups["scheduler"]]
 
 
-def export_combination(combo: Tuple[str, str, str, str]) -> List[Dict[str, Any]]:
-    precision, zero, optimizer, scheduler = combo
-    from dsconf.composition import compose_config
+_PARTS: List[Parts] = []  # made in the fixture's process, before the pool forks
+
+
+def export_rows(combo: Tuple[str, str, str, str], cfg: Any) -> List[Dict[str, Any]]:
     from dsconf.export import to_deepspeed
 
-    overrides = [f"precision={precision}", f"zero={zero}", f"optimizer={optimizer}", f"scheduler={scheduler}",
-                 "deepspeed.train_micro_batch_size_per_gpu=4", "deepspeed.gradient_accumulation_steps=2",
-                 *REQUIRED.get(scheduler, [])]
-    cfg = compose_config(overrides)
     rows = []
     for target in TARGETS:
         for ws in WORLD_SIZES:
@@ -98,15 +160,59 @@ def export_combination(combo: Tuple[str, str, str, str]) -> List[Dict[str, Any]]
     return rows
 
 
+def export_combination(combo: Tuple[str, str, str, str]) -> List[Dict[str, Any]]:
+    return export_rows(combo, _PARTS[0].combination(combo))
+
+
 @pytest.fixture(scope="module")
-def exported() -> List[Dict[str, Any]]:
-    combos = combinations()
+def parts() -> Parts:
+    return Parts()
+
+
+@pytest.fixture(scope="module")
+def exported(parts) -> List[Dict[str, Any]]:
+    _PARTS[:] = [parts]
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        chunks = pool.map(export_combination, combos, chunksize=20)
+        chunks = pool.map(export_combination, combinations(), chunksize=40)
     return [row for chunk in chunks for row in chunk]
 
 
-def test_every_combination_was_composed(exported):
+def pairwise(options: List[List[str]]) -> List[Tuple[str, ...]]:
+    """Combinations in which every option of each group meets every option of each other group at least once,
+    chosen greedily (each the one that meets the most pairs not yet met)."""
+    def pairs(combo: Tuple[str, ...]) -> set:
+        return {(i, combo[i], j, combo[j]) for i, j in itertools.combinations(range(len(combo)), 2)}
+
+    candidates = {combo: pairs(combo) for combo in itertools.product(*options)}
+    uncovered = set().union(*candidates.values())
+    chosen = []
+    while uncovered:
+        best = max(candidates, key=lambda combo: len(candidates[combo] & uncovered))
+        chosen.append(best)
+        uncovered -= candidates.pop(best)
+    return chosen
+
+
+def test_the_grid_is_what_hydra_composes(parts, exported) -> None:
+    """Every pair of options of every two groups composed through Hydra (as a run composes it): the same config
+    as the grid's, key for key, and the same exports and refusals."""
+    from omegaconf import OmegaConf
+
+    from dsconf.composition import compose_config
+
+    assert parts.keys["precision"] == ["amp", "bf16", "fp16", "torch_autocast"]
+    assert parts.keys["zero"] == ["zero_optimization"] and parts.keys["optimizer"] == ["optimizer"]
+    rows = {(tuple(r["combo"]), r["target"], r["world_size"]): r for r in exported}
+    sample = pairwise(_options())
+    assert len(sample) < len(combinations()) / 10
+    for combo in sample:
+        composed = compose_config(overrides_of(combo))
+        assert OmegaConf.to_yaml(composed) == OmegaConf.to_yaml(parts.combination(combo)), combo
+        for row in export_rows(combo, composed):
+            assert row == rows[(combo, row["target"], row["world_size"])]
+
+
+def test_every_combination_was_exported(exported):
     assert len(exported) == len(combinations()) * len(TARGETS) * len(WORLD_SIZES)
     accepted = [r for r in exported if "config" in r and r["target"] == "0.19.8"]
     # fp32/bf16/fp16/torch_autocast x 8 zero options x Adam-family optimizers must all be accepted.
