@@ -29,11 +29,6 @@ pytestmark = pytest.mark.slow  # the grid: 2,400 combinations, each exported 6 t
 
 WORLD_SIZES = (1, 2, 8)
 TARGETS = ("0.19.8", "0.19.5")
-REQUIRED = {
-    "warmup_decay": ["deepspeed.scheduler.params.total_num_steps=100"],
-    "warmup_cosine": ["deepspeed.scheduler.params.total_num_steps=100"],
-    "one_cycle": ["deepspeed.scheduler.params.cycle_min_lr=1e-4", "deepspeed.scheduler.params.cycle_max_lr=1e-3"],
-}
 # Why dsconf may refuse a combination: each is a rule DeepSpeed enforces (at parse or at initialize).
 EXPECTED_REFUSALS = (
     "was removed in DeepSpeed 0.19.8",  # amp on a 0.19.8 target
@@ -43,7 +38,7 @@ EXPECTED_REFUSALS = (
 )
 
 
-REQUIRED_PARAMS = {
+REQUIRED_PARAMS = {  # what a scheduler option needs set before DeepSpeed accepts it
     "warmup_decay": {"total_num_steps": 100},
     "warmup_cosine": {"total_num_steps": 100},
     "one_cycle": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3},
@@ -79,19 +74,11 @@ BATCH = ["deepspeed.train_micro_batch_size_per_gpu=4", "deepspeed.gradient_accum
 GROUPS = ("precision", "zero", "optimizer", "scheduler")
 
 
-def overrides_of(combo: Tuple[str, str, str, str]) -> List[str]:
-    return [*(f"{group}={option}" for group, option in zip(GROUPS, combo)), *BATCH, *REQUIRED.get(combo[3], [])]
-
-
-def option_overrides(group: str, option: str) -> List[str]:
-    return [f"{group}={option}", *BATCH, *(REQUIRED.get(option, []) if group == "scheduler" else [])]
-
-
-def _deepspeed_keys(cfg: Any) -> Dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    return {key: OmegaConf.to_container(cfg.deepspeed[key]) if OmegaConf.is_config(cfg.deepspeed[key])
-            else cfg.deepspeed[key] for key in cfg.deepspeed}
+def overrides(choices: Dict[str, str]) -> List[str]:
+    """The command line of a run choosing ``choices`` (group -> option), with the batch and what a scheduler needs."""
+    required = REQUIRED_PARAMS.get(choices.get("scheduler", ""), {})
+    return [*(f"{group}={option}" for group, option in choices.items()), *BATCH,
+            *(f"deepspeed.scheduler.params.{key}={value}" for key, value in required.items())]
 
 
 class Parts:
@@ -99,34 +86,33 @@ class Parts:
 
     Hydra's composition is a fixed 40 ms however small the config, and the grid is 2,400 combinations: so each
     option is composed once, and a combination is the default composition with each group's keys taken from its
-    option's own composition. That is Hydra's merge exactly when the groups set disjoint keys and an option changes
-    nothing outside its group's keys: both are asserted here, and ``test_the_grid_is_what_hydra_composes`` composes
-    every pair of options of every two groups through Hydra and finds the same config and the same export.
+    option's own composition. A group's keys are the ``deepspeed`` keys any of its options changes; that is Hydra's
+    merge exactly when no two groups share a key and no option changes anything outside ``deepspeed``: both are
+    asserted here, and ``test_the_grid_is_what_hydra_composes`` composes every pair of options of every two groups
+    through Hydra and finds the same config and the same exports.
     """
 
     def __init__(self) -> None:
+        from omegaconf import OmegaConf
+
         from dsconf.composition import compose_config
 
         self.base = compose_config(BATCH)
-        base_keys = _deepspeed_keys(self.base)
-        self.composed = {(g, o): compose_config(option_overrides(g, o)) for g, options in zip(GROUPS, _options())
+        base = OmegaConf.to_container(self.base)
+        self.composed = {(g, o): compose_config(overrides({g: o})) for g, options in zip(GROUPS, _options())
                          for o in options}
-        self.keys: Dict[str, List[str]] = {}
-        for group in GROUPS:
-            changed = set()
-            for (g, _), cfg in self.composed.items():
-                if g == group:
-                    assert set(cfg) == set(self.base) and all(cfg[k] == self.base[k] for k in cfg if k != "deepspeed")
-                    ours = _deepspeed_keys(cfg)
-                    changed |= {k for k in ours if ours[k] != base_keys[k]}
-            self.keys[group] = sorted(changed)
+        self.keys: Dict[str, List[str]] = {group: [] for group in GROUPS}
+        for (group, _), cfg in self.composed.items():
+            ours = OmegaConf.to_container(cfg)
+            assert {k: v for k, v in ours.items() if k != "deepspeed"} == \
+                {k: v for k, v in base.items() if k != "deepspeed"}
+            changed = {k for k in ours["deepspeed"] if ours["deepspeed"][k] != base["deepspeed"][k]}
+            self.keys[group] = sorted(changed | set(self.keys[group]))
         owned = [k for group in GROUPS for k in self.keys[group]]
         assert owned and len(owned) == len(set(owned)), f"groups set the same deepspeed keys: {self.keys}"
 
     def combination(self, combo: Tuple[str, str, str, str]) -> Any:
-        import copy as copy_module
-
-        cfg = copy_module.deepcopy(self.base)
+        cfg = copy.deepcopy(self.base)
         for group, option in zip(GROUPS, combo):
             part = self.composed[(group, option)].deepspeed
             for key in self.keys[group]:
@@ -135,12 +121,15 @@ class Parts:
 
 
 def _options() -> List[List[str]]:
+    """Each of GROUPS' options, in GROUPS' order."""
     groups = group_options()
-    optimizers = [o for o in groups["optimizer"] if o != "torch"]  # 'torch' needs a type: tested elsewhere
-    return [groups["precision"], groups["zero"], optimizers, groups["scheduler"]]
+    groups["optimizer"] = [o for o in groups["optimizer"] if o != "torch"]  # 'torch' needs a type: tested elsewhere
+    return [groups[group] for group in GROUPS]
 
 
-_PARTS: List[Parts] = []  # made in the fixture's process, before the pool forks
+# The pool's workers are forked from the fixture's process and find the parts here: handing them to each task
+# instead would pickle 30 composed configs with every chunk.
+_PARTS: List[Parts] = []
 
 
 def export_rows(combo: Tuple[str, str, str, str], cfg: Any) -> List[Dict[str, Any]]:
@@ -206,7 +195,7 @@ def test_the_grid_is_what_hydra_composes(parts, exported) -> None:
     sample = pairwise(_options())
     assert len(sample) < len(combinations()) / 10
     for combo in sample:
-        composed = compose_config(overrides_of(combo))
+        composed = compose_config(overrides(dict(zip(GROUPS, combo))))
         assert OmegaConf.to_yaml(composed) == OmegaConf.to_yaml(parts.combination(combo)), combo
         for row in export_rows(combo, composed):
             assert row == rows[(combo, row["target"], row["world_size"])]
